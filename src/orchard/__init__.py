@@ -1,0 +1,1 @@
+"""Orchard Env: isolated sandboxes for training and evaluating AI agents."""
