@@ -1,0 +1,71 @@
+# Orchard Env: the two commands are `make run` and `make test`.
+# Every target installs what it needs first, so a fresh Debian machine (root,
+# Python 3.11, package registries only) goes from a clean clone to a running
+# stack or a green test run with nothing installed by hand.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ORCHARD_HOME ?= /var/lib/orchard
+ORCHARD_IMAGES_DIR ?= $(ORCHARD_HOME)/images
+export ORCHARD_HOME ORCHARD_IMAGES_DIR
+
+SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev
+
+.PHONY: run test check lint format typecheck protos protos-check bench setup system-deps venv image init-binary clean
+
+run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
+	$(VENV)/bin/orchard up
+
+test: setup ## the whole test suite
+	scripts/run_tests.sh
+
+check: setup lint typecheck protos-check test ## format, lint, types, fresh stubs, tests
+
+setup: system-deps venv init-binary image
+
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+init-binary: venv
+	@$(PY) -m orchard.executor.initbin >/dev/null
+
+image: venv
+	$(PY) -m orchard.scheduler.backends.local.images build-default --images-dir $(ORCHARD_IMAGES_DIR)
+
+lint: venv
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+format: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: venv
+	$(VENV)/bin/mypy src services scripts
+
+protos: venv
+	$(PY) scripts/gen_protos.py
+
+protos-check: venv
+	$(PY) scripts/gen_protos.py --check
+
+bench: setup ## exec round trip vs SWE-ReX, prints JSON
+	$(PY) loadtest/bench_exec.py
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
