@@ -1,0 +1,743 @@
+/*
+ * orchard-init: pid 1 of every Orchard sandbox.
+ *
+ * It accepts connections on an already-listening Unix socket (--listen-fd N)
+ * and, per connection, forks a shim that starts one command and supervises it.
+ * The wire protocol is described in docs/architecture.md ("The orchard-init
+ * protocol"). Everything here is written so that a malformed or hostile
+ * request can only end its own connection: init never parses a request itself
+ * (the shim does, after the fork), every length is bounded, and init ignores
+ * the signals a sandbox could send it.
+ *
+ * Build: gcc -static -O2 -Wall -Wextra -Werror -o orchard-init orchard_init.c
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAGIC 0x4F524331u /* "ORC1" */
+
+#define FLAG_STDIN 1u
+#define FLAG_SESSION_FDS 2u
+#define FLAG_NEW_SESSION 4u
+#define FLAG_KNOWN (FLAG_STDIN | FLAG_SESSION_FDS | FLAG_NEW_SESSION)
+
+#define STAGE_CHDIR 1u
+#define STAGE_CREDENTIALS 2u
+#define STAGE_EXEC 3u
+#define STAGE_OTHER 4u
+
+/* Bounds on a request: the kernel's own exec limits are below these. */
+#define MAX_REQUEST_BYTES (4u << 20)
+#define MAX_STRINGS 65536u
+/* How long a shim waits for its request before giving up on the client. */
+#define REQUEST_WAIT_MS 10000
+/* First fd number used for the shim's own fds, above the command's 0..4. */
+#define HIGH_FD 10
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+extern char **environ;
+
+struct request {
+    uint32_t flags;
+    uint32_t uid;
+    uint32_t gid;
+    uint32_t timeout_ms;
+    char *cwd;
+    char **argv; /* NULL-terminated */
+    char **envp; /* NULL-terminated */
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t get_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static void put_u64(unsigned char *p, uint64_t v) {
+    put_u32(p, (uint32_t)v);
+    put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static int write_all(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Read exactly len bytes, waiting at most until deadline_ns (monotonic). */
+static int read_exact(int fd, void *buf, size_t len, uint64_t deadline_ns) {
+    char *p = buf;
+    while (len > 0) {
+        uint64_t now = monotonic_ns();
+        if (now >= deadline_ns)
+            return -1;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int wait_ms = (int)((deadline_ns - now) / 1000000u) + 1;
+        int r = poll(&pfd, 1, wait_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Move fd to a number >= HIGH_FD, close-on-exec; returns the new fd or -1. */
+static int lift_fd(int fd) {
+    if (fd >= HIGH_FD)
+        return fd;
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, HIGH_FD);
+    close(fd);
+    return high;
+}
+
+static int make_pipe(int fds[2]) {
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -1;
+    fds[0] = lift_fd(fds[0]);
+    fds[1] = lift_fd(fds[1]);
+    return (fds[0] < 0 || fds[1] < 0) ? -1 : 0;
+}
+
+static void close_fd(int *fd) {
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* ------------------------------------------------------- request parsing */
+
+/*
+ * Parse the request body. Strings point into buf (which must outlive the
+ * request). Returns 0 on success, -1 if anything is malformed.
+ */
+static int parse_request(unsigned char *buf, size_t len, struct request *req) {
+    if (len < 28)
+        return -1;
+    if (get_u32(buf) != MAGIC)
+        return -1;
+    req->flags = get_u32(buf + 4);
+    req->uid = get_u32(buf + 8);
+    req->gid = get_u32(buf + 12);
+    req->timeout_ms = get_u32(buf + 16);
+    uint32_t argc = get_u32(buf + 20);
+    uint32_t envc = get_u32(buf + 24);
+    if (req->flags & ~FLAG_KNOWN)
+        return -1;
+    if (argc < 1 || argc > MAX_STRINGS || envc > MAX_STRINGS)
+        return -1;
+    /* uid/gid -1 would mean "unchanged" to setresuid: refuse it. */
+    if (req->uid == UINT32_MAX || req->gid == UINT32_MAX)
+        return -1;
+    req->argv = calloc((size_t)argc + 1, sizeof(char *));
+    req->envp = calloc((size_t)envc + 1, sizeof(char *));
+    if (req->argv == NULL || req->envp == NULL)
+        return -1;
+    size_t pos = 28;
+    size_t total = 1 + (size_t)argc + (size_t)envc;
+    for (size_t i = 0; i < total; i++) {
+        if (pos >= len)
+            return -1;
+        char *s = (char *)buf + pos;
+        char *nul = memchr(s, '\0', len - pos);
+        if (nul == NULL)
+            return -1;
+        pos = (size_t)(nul - (char *)buf) + 1;
+        if (i == 0)
+            req->cwd = s;
+        else if (i <= argc)
+            req->argv[i - 1] = s;
+        else
+            req->envp[i - 1 - argc] = s;
+    }
+    if (pos != len)
+        return -1;
+    if (req->argv[0][0] == '\0' || req->cwd[0] == '\0')
+        return -1;
+    return 0;
+}
+
+/* ----------------------------------------------------------- tree killing */
+
+struct proc_entry {
+    pid_t pid;
+    pid_t ppid;
+    char state;
+};
+
+/* The parent pid and state letter from /proc/<pid>/stat; -1 if gone. */
+static pid_t read_ppid(pid_t pid, char *state_out) {
+    char path[64];
+    char buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold anything, so use the last ')'. */
+    char *close_paren = strrchr(buf, ')');
+    if (close_paren == NULL || close_paren[1] == '\0')
+        return -1;
+    char state;
+    int ppid;
+    if (sscanf(close_paren + 1, " %c %d", &state, &ppid) != 2)
+        return -1;
+    *state_out = state;
+    return (pid_t)ppid;
+}
+
+/*
+ * SIGKILL every live (not zombie) descendant of `root` found in /proc.
+ * Returns how many were signalled. Since the shim is a child subreaper, descendants whose
+ * parents die are re-parented to it, so repeated calls converge.
+ */
+static int kill_descendants_once(pid_t root) {
+    DIR *dir = opendir("/proc");
+    if (dir == NULL)
+        return 0;
+    size_t cap = 256, count = 0;
+    struct proc_entry *procs = malloc(cap * sizeof *procs);
+    if (procs == NULL) {
+        closedir(dir);
+        return 0;
+    }
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0 || pid > INT_MAX)
+            continue;
+        char state = '?';
+        pid_t ppid = read_ppid((pid_t)pid, &state);
+        if (ppid < 0)
+            continue;
+        if (count == cap) {
+            struct proc_entry *bigger = realloc(procs, cap * 2 * sizeof *procs);
+            if (bigger == NULL)
+                break;
+            procs = bigger;
+            cap *= 2;
+        }
+        procs[count].pid = (pid_t)pid;
+        procs[count].ppid = ppid;
+        procs[count].state = state;
+        count++;
+    }
+    closedir(dir);
+
+    /* Mark descendants: a pid is in the tree if its parent is root or marked. */
+    unsigned char *in_tree = calloc(count ? count : 1, 1);
+    int killed = 0;
+    if (in_tree != NULL) {
+        int changed = 1;
+        while (changed) {
+            changed = 0;
+            for (size_t i = 0; i < count; i++) {
+                if (in_tree[i])
+                    continue;
+                int hit = procs[i].ppid == root;
+                for (size_t j = 0; !hit && j < count; j++)
+                    hit = in_tree[j] && procs[j].pid == procs[i].ppid;
+                if (hit) {
+                    in_tree[i] = 1;
+                    changed = 1;
+                }
+            }
+        }
+        for (size_t i = 0; i < count; i++) {
+            if (in_tree[i] && procs[i].state != 'Z' && kill(procs[i].pid, SIGKILL) == 0)
+                killed++;
+        }
+        free(in_tree);
+    }
+    free(procs);
+    return killed;
+}
+
+/* Reap every child that has exited, noting the command's status. */
+static void reap_children(pid_t command_pid, pid_t *exited_pid, int *exited_status) {
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            return;
+        if (pid == command_pid && *exited_pid == 0) {
+            *exited_pid = pid;
+            *exited_status = status;
+        }
+    }
+}
+
+/*
+ * Kill the command's whole tree: its process group first (cheap, catches
+ * nearly everything), then every descendant in /proc, round after round,
+ * until the shim has no child left. Reaps as it goes.
+ */
+static void kill_tree(pid_t command_pid, pid_t *exited_pid, int *exited_status) {
+    pid_t self = getpid();
+    kill(-command_pid, SIGKILL);
+    for (int round = 0; round < 2000; round++) {
+        /* Reaping dead children re-parents their own children to us. */
+        reap_children(command_pid, exited_pid, exited_status);
+        int live = kill_descendants_once(self);
+        if (live == 0) {
+            siginfo_t info;
+            memset(&info, 0, sizeof info);
+            if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD)
+                return;
+        }
+        /* Killed processes take a moment to exit. */
+        struct timespec ts = {0, live ? 200000 : 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ------------------------------------------------------------- the child */
+
+static void child_fail(int err_fd, int err, uint32_t stage) {
+    unsigned char msg[8];
+    put_u32(msg, (uint32_t)err);
+    put_u32(msg + 4, stage);
+    (void)!write(err_fd, msg, sizeof msg);
+    _exit(127);
+}
+
+/*
+ * In the forked command: wire fds 0..4, drop privileges, chdir, exec.
+ * Never returns.
+ */
+static void run_command(const struct request *req, int stdin_fd, int stdout_fd, int stderr_fd,
+                        int fd3, int fd4, int err_fd) {
+    if (req->flags & FLAG_NEW_SESSION) {
+        if (setsid() < 0)
+            child_fail(err_fd, errno, STAGE_OTHER);
+    } else if (setpgid(0, 0) < 0) {
+        child_fail(err_fd, errno, STAGE_OTHER);
+    }
+
+    /* Signals: default dispositions, nothing blocked (init ignores some). */
+    sigset_t empty;
+    sigemptyset(&empty);
+    sigprocmask(SIG_SETMASK, &empty, NULL);
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig != SIGKILL && sig != SIGSTOP)
+            signal(sig, SIG_DFL);
+    }
+
+    /* All sources are >= HIGH_FD, so dup2 always makes a fresh, inheritable fd. */
+    if (dup2(stdin_fd, 0) < 0 || dup2(stdout_fd, 1) < 0 || dup2(stderr_fd, 2) < 0)
+        child_fail(err_fd, errno, STAGE_OTHER);
+    if (req->flags & FLAG_SESSION_FDS) {
+        if (dup2(fd3, 3) < 0 || dup2(fd4, 4) < 0)
+            child_fail(err_fd, errno, STAGE_OTHER);
+    }
+    /* Nothing else may reach the command: everything above is close-on-exec. */
+    unsigned int first_private = (req->flags & FLAG_SESSION_FDS) ? 5 : 3;
+    if (syscall(SYS_close_range, first_private, ~0u, CLOSE_RANGE_CLOEXEC) < 0) {
+        for (int fd = (int)first_private; fd < 1024; fd++) {
+            if (fd != err_fd)
+                close(fd);
+        }
+    }
+
+    if (geteuid() == 0) {
+        gid_t gid = (gid_t)req->gid;
+        if (setgroups(1, &gid) < 0 || setgid(gid) < 0 || setuid((uid_t)req->uid) < 0)
+            child_fail(err_fd, errno, STAGE_CREDENTIALS);
+    } else if (req->uid != geteuid() || req->gid != getegid()) {
+        child_fail(err_fd, EPERM, STAGE_CREDENTIALS);
+    }
+    /* chdir after dropping privileges, so the user must be allowed in. */
+    if (chdir(req->cwd) < 0)
+        child_fail(err_fd, errno, STAGE_CHDIR);
+
+    /* execvpe looks PATH up in environ, so make the command's env current. */
+    environ = req->envp;
+    execvpe(req->argv[0], req->argv, req->envp);
+    child_fail(err_fd, errno, STAGE_EXEC);
+}
+
+/* -------------------------------------------------------------- the shim */
+
+static int send_started(int conn, pid_t pid, const int *fds, int nfds) {
+    unsigned char msg[5];
+    msg[0] = 'S';
+    put_u32(msg + 1, (uint32_t)pid);
+    struct iovec iov = {.iov_base = msg, .iov_len = sizeof msg};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(5 * sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    mh.msg_control = control.buf;
+    mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+    for (;;) {
+        ssize_t n = sendmsg(conn, &mh, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        return n == (ssize_t)sizeof msg ? 0 : -1;
+    }
+}
+
+static void send_error(int conn, int err, uint32_t stage) {
+    unsigned char msg[9];
+    msg[0] = 'E';
+    put_u32(msg + 1, (uint32_t)err);
+    put_u32(msg + 5, stage);
+    (void)write_all(conn, msg, sizeof msg);
+}
+
+static void send_exit(int conn, int status, int timed_out, uint64_t duration_ns) {
+    unsigned char msg[18];
+    int32_t code = -1, sig = 0;
+    if (WIFEXITED(status)) {
+        code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+        sig = WTERMSIG(status);
+    }
+    msg[0] = 'X';
+    put_u32(msg + 1, (uint32_t)code);
+    put_u32(msg + 5, (uint32_t)sig);
+    msg[9] = timed_out ? 1 : 0;
+    put_u64(msg + 10, duration_ns);
+    (void)write_all(conn, msg, sizeof msg);
+}
+
+/* Supervise one connection. Never returns. */
+static void run_shim(int conn) {
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    conn = lift_fd(conn);
+    if (conn < 0)
+        _exit(1);
+
+    uint64_t deadline = monotonic_ns() + (uint64_t)REQUEST_WAIT_MS * 1000000u;
+    unsigned char header[4];
+    if (read_exact(conn, header, 4, deadline) < 0)
+        _exit(1);
+    uint32_t len = get_u32(header);
+    if (len > MAX_REQUEST_BYTES)
+        _exit(1);
+    unsigned char *buf = malloc((size_t)len + 1);
+    if (buf == NULL || read_exact(conn, buf, len, deadline) < 0)
+        _exit(1);
+    buf[len] = '\0';
+    struct request req;
+    memset(&req, 0, sizeof req);
+    if (parse_request(buf, len, &req) < 0)
+        _exit(1);
+
+    /* SIGCHLD through a signalfd, so poll() sees exits without races. */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        send_error(conn, errno, STAGE_OTHER);
+        _exit(1);
+    }
+    sfd = lift_fd(sfd);
+
+    int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    int fd3_pipe[2] = {-1, -1}, fd4_pipe[2] = {-1, -1}, exec_pipe[2] = {-1, -1};
+    int ok = make_pipe(out_pipe) == 0 && make_pipe(err_pipe) == 0 && make_pipe(exec_pipe) == 0;
+    if (ok && (req.flags & FLAG_STDIN)) {
+        ok = make_pipe(in_pipe) == 0;
+    } else if (ok) {
+        in_pipe[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (in_pipe[0] < 0) {
+            /* No /dev/null in this rootfs: an already-closed pipe reads as empty. */
+            ok = make_pipe(in_pipe) == 0;
+            close_fd(&in_pipe[1]);
+        } else {
+            in_pipe[0] = lift_fd(in_pipe[0]);
+            ok = in_pipe[0] >= 0;
+        }
+    }
+    if (ok && (req.flags & FLAG_SESSION_FDS))
+        ok = make_pipe(fd3_pipe) == 0 && make_pipe(fd4_pipe) == 0;
+    if (!ok) {
+        send_error(conn, errno, STAGE_OTHER);
+        _exit(1);
+    }
+
+    uint64_t started = monotonic_ns();
+    pid_t pid = fork();
+    if (pid < 0) {
+        send_error(conn, errno, STAGE_OTHER);
+        _exit(1);
+    }
+    if (pid == 0)
+        run_command(&req, in_pipe[0], out_pipe[1], err_pipe[1], fd3_pipe[1], fd4_pipe[0],
+                    exec_pipe[1]);
+
+    /* The parent keeps only the ends it hands to the client. */
+    close_fd(&in_pipe[0]);
+    close_fd(&out_pipe[1]);
+    close_fd(&err_pipe[1]);
+    close_fd(&fd3_pipe[1]);
+    close_fd(&fd4_pipe[0]);
+    close_fd(&exec_pipe[1]);
+
+    unsigned char failure[8];
+    ssize_t n;
+    do {
+        n = read(exec_pipe[0], failure, sizeof failure);
+    } while (n < 0 && errno == EINTR);
+    close_fd(&exec_pipe[0]);
+    if (n == (ssize_t)sizeof failure) {
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        send_error(conn, (int)get_u32(failure), get_u32(failure + 4));
+        _exit(0);
+    }
+
+    int fds[5], nfds = 0;
+    if (req.flags & FLAG_STDIN)
+        fds[nfds++] = in_pipe[1];
+    fds[nfds++] = out_pipe[0];
+    fds[nfds++] = err_pipe[0];
+    if (req.flags & FLAG_SESSION_FDS) {
+        fds[nfds++] = fd3_pipe[0];
+        fds[nfds++] = fd4_pipe[1];
+    }
+    int client_alive = send_started(conn, pid, fds, nfds) == 0;
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (!client_alive) {
+        kill_tree(pid, &(pid_t){0}, &(int){0});
+        _exit(0);
+    }
+
+    /* Supervise: client messages, child exits, the timeout. */
+    uint64_t timeout_at = req.timeout_ms ? started + (uint64_t)req.timeout_ms * 1000000u : 0;
+    int timed_out = 0;
+    pid_t exited_pid = 0;
+    int status = 0;
+    unsigned char inbox[64];
+    size_t inbox_len = 0;
+    int conn_open = 1;
+    while (exited_pid == 0) {
+        struct pollfd pfds[2] = {{.fd = sfd, .events = POLLIN}, {.fd = conn, .events = POLLIN}};
+        int wait_ms = -1;
+        if (timeout_at) {
+            uint64_t now = monotonic_ns();
+            wait_ms = now >= timeout_at ? 0 : (int)((timeout_at - now) / 1000000u) + 1;
+        }
+        int r = poll(pfds, conn_open ? 2 : 1, wait_ms);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (pfds[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) > 0) {
+            }
+        }
+        /* Reap: the command, or orphans re-parented to us. */
+        reap_children(pid, &exited_pid, &status);
+        if (exited_pid)
+            break;
+        if (timeout_at && monotonic_ns() >= timeout_at) {
+            timed_out = 1;
+            kill_tree(pid, &exited_pid, &status);
+            timeout_at = 0;
+            continue;
+        }
+        if (conn_open && (pfds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t got = read(conn, inbox + inbox_len, sizeof inbox - inbox_len);
+            if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (got <= 0) {
+                /* The client went away: nobody wants this command any more. */
+                conn_open = 0;
+                kill_tree(pid, &exited_pid, &status);
+                continue;
+            }
+            inbox_len += (size_t)got;
+            size_t pos = 0;
+            int bad = 0;
+            while (pos < inbox_len && !bad) {
+                unsigned char kind = inbox[pos];
+                if (kind == 'T') {
+                    kill_tree(pid, &exited_pid, &status);
+                    pos += 1;
+                } else if (kind == 'K') {
+                    if (inbox_len - pos < 5)
+                        break;
+                    uint32_t sig = get_u32(inbox + pos + 1);
+                    if (sig >= 1 && sig < (uint32_t)NSIG)
+                        kill(-pid, (int)sig);
+                    pos += 5;
+                } else {
+                    bad = 1;
+                }
+            }
+            if (bad) {
+                /* A confused client: end the command as if it had gone away. */
+                conn_open = 0;
+                kill_tree(pid, &exited_pid, &status);
+                continue;
+            }
+            memmove(inbox, inbox + pos, inbox_len - pos);
+            inbox_len -= pos;
+        }
+    }
+    if (exited_pid == 0) {
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    }
+    send_exit(conn, status, timed_out, monotonic_ns() - started);
+    _exit(0);
+}
+
+/* -------------------------------------------------------------- init main */
+
+static void usage(void) {
+    static const char text[] = "usage: orchard-init --listen-fd N\n";
+    (void)write_all(2, text, sizeof text - 1);
+    _exit(2);
+}
+
+int main(int argc, char **argv) {
+    int listen_fd = -1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--listen-fd") == 0 && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || v < 0 || v > INT_MAX)
+                usage();
+            listen_fd = (int)v;
+        } else {
+            usage();
+        }
+    }
+    if (listen_fd < 0 || fcntl(listen_fd, F_GETFD) < 0)
+        usage();
+
+    /* No ptrace, no /proc/1/fd from inside the sandbox. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    /* On a host (tests), orphans come to us rather than to the host's init. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
+
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0)
+        return 1;
+    fcntl(listen_fd, F_SETFD, FD_CLOEXEC);
+    int fl = fcntl(listen_fd, F_GETFL);
+    fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK);
+
+    for (;;) {
+        struct pollfd pfds[2] = {{.fd = listen_fd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+        if (poll(pfds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (pfds[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) > 0) {
+            }
+            while (waitpid(-1, NULL, WNOHANG) > 0) {
+            }
+        }
+        if (pfds[0].revents & POLLIN) {
+            for (;;) {
+                int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (conn < 0) {
+                    if (errno == EINTR || errno == ECONNABORTED)
+                        continue;
+                    if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
+                        errno == ENOBUFS) {
+                        struct timespec ts = {0, 10000000};
+                        nanosleep(&ts, NULL);
+                    }
+                    break;
+                }
+                pid_t pid = fork();
+                if (pid == 0) {
+                    close(listen_fd);
+                    close(sfd);
+                    run_shim(conn);
+                }
+                /* On fork failure the client just sees the connection close. */
+                close(conn);
+            }
+        }
+    }
+}
