@@ -1,0 +1,73 @@
+"""``python -m orchard.scheduler --home H --listen ADDR --executor-address ADDR --backend local``.
+
+Prints the address it serves on (one line, flushed) once it is ready, and
+writes it to ``<home>/run/scheduler.addr``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+
+import uvloop
+
+from orchard.common.layout import orchard_home
+
+from .logs import configure_logging
+from .server import serve
+from .settings import SchedulerSettings
+
+
+def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
+    parser = argparse.ArgumentParser(prog="python -m orchard.scheduler", description=__doc__)
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="node home (default $ORCHARD_HOME or /var/lib/orchard)",
+    )
+    parser.add_argument(
+        "--listen", default="127.0.0.1:0", help="address to serve on (port 0: pick a free one)"
+    )
+    parser.add_argument(
+        "--executor-address", required=True, help="the node executor's address, given to clients"
+    )
+    parser.add_argument("--backend", default="local", help="backend name (default: local)")
+    parser.add_argument(
+        "--images-dir",
+        type=Path,
+        default=None,
+        help="images folder (default $ORCHARD_IMAGES_DIR or <home>/images)",
+    )
+    parser.add_argument(
+        "--delete-all-on-shutdown",
+        action="store_true",
+        help="delete every sandbox on SIGTERM/SIGINT",
+    )
+    args = parser.parse_args(argv)
+    images_env = os.environ.get("ORCHARD_IMAGES_DIR")
+    return SchedulerSettings(
+        home=args.home or orchard_home(),
+        listen=args.listen,
+        executor_address=args.executor_address,
+        backend=args.backend,
+        images_dir=args.images_dir or (Path(images_env) if images_env else None),
+        delete_all_on_shutdown=args.delete_all_on_shutdown,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse_args(argv)
+    configure_logging()
+    uvloop.install()
+
+    def ready(address: str) -> None:
+        print(address, flush=True)
+
+    asyncio.run(serve(settings, on_ready=ready))
+
+
+if __name__ == "__main__":
+    main()

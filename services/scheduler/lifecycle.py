@@ -1,0 +1,206 @@
+"""SandboxLifecycle: the sandbox state machine over the store and the backend.
+
+    PENDING --backend.create ok--> READY --delete/TTL--> DELETING --> DELETED
+       |                                                    ^
+       +--backend.create failed--> FAILED --delete/TTL------+
+
+The store is written before every backend call, so a crash at any point leaves
+a record that recovery (``recovery.py``) knows how to finish. Backend calls run
+in their own tasks and callers await them shielded: a client that gives up
+(deadline, cancel) does not cut a create or delete in half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import structlog
+
+from orchard.common.errors import ServiceError, infrastructure, not_found
+from orchard.common.tokens import TokenSigner
+
+from .backends.base import Backend, BackendError, SandboxSpec
+from .ids import new_sandbox_id
+from .settings import SchedulerSettings
+from .store import DuplicateRequestError, SandboxRecord, SandboxStore, State
+from .validation import ValidatedCreate
+
+log = structlog.get_logger("orchard.scheduler")
+
+
+class SandboxLifecycle:
+    def __init__(
+        self,
+        store: SandboxStore,
+        backend: Backend,
+        signer: TokenSigner,
+        settings: SchedulerSettings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.signer = signer
+        self.settings = settings
+        self.clock = clock
+        # Backend work in flight, by sandbox id; a second caller awaits the same task.
+        self._creating: dict[str, asyncio.Task[SandboxRecord]] = {}
+        self._deleting: dict[str, asyncio.Task[None]] = {}
+
+    # ---- create -------------------------------------------------------------
+
+    async def create(self, tenant: str, req: ValidatedCreate) -> SandboxRecord:
+        """Make a sandbox (or return the one this tenant's ``request_id`` already made)."""
+        if req.request_id:
+            existing = self.store.get_by_request(tenant, req.request_id)
+            if existing is not None:
+                return await self._settled(existing)
+        now = self.clock()
+        rec = SandboxRecord(
+            id=new_sandbox_id(),
+            tenant=tenant,
+            request_id=req.request_id,
+            image=req.image,
+            cpu_millis=req.cpu_millis,
+            memory_bytes=req.memory_bytes,
+            pids=req.pids,
+            network_mode=req.network_mode,
+            ttl_seconds=req.ttl_seconds,
+            created_at=now,
+            expires_at=now + req.ttl_seconds,
+            labels=req.labels,
+            env=req.env,
+        )
+        try:
+            self.store.insert(rec)
+        except DuplicateRequestError:
+            # Another call with the same request_id won the race.
+            existing = self.store.get_by_request(tenant, req.request_id)
+            assert existing is not None
+            return await self._settled(existing)
+        task = asyncio.get_running_loop().create_task(self._create_in_backend(rec))
+        self._creating[rec.id] = task
+        task.add_done_callback(lambda _t: self._creating.pop(rec.id, None))
+        return await asyncio.shield(task)
+
+    async def _settled(self, rec: SandboxRecord) -> SandboxRecord:
+        """``rec`` once its create has finished (a retried create gets the final answer)."""
+        task = self._creating.get(rec.id)
+        if task is not None:
+            return await asyncio.shield(task)
+        return rec
+
+    async def _create_in_backend(self, rec: SandboxRecord) -> SandboxRecord:
+        logger = log.bind(sandbox_id=rec.id, tenant=rec.tenant)
+        started = time.monotonic()
+        spec = SandboxSpec(
+            sandbox_id=rec.id,
+            image=rec.image,
+            cpu_millis=rec.cpu_millis,
+            memory_bytes=rec.memory_bytes,
+            pids=rec.pids,
+            env=dict(rec.env),
+        )
+        try:
+            await self.backend.create(spec)
+        except BackendError as exc:
+            fault = "client" if exc.client_fault else "infrastructure"
+            logger.warning("create failed", reason=exc.reason, fault=fault, error=exc.message)
+            self.store.set_state(rec.id, State.FAILED, exc.message, fault, exc.reason)
+            return rec.with_state(State.FAILED, exc.message, fault, exc.reason)
+        except Exception as exc:
+            logger.exception("create failed unexpectedly")
+            message = f"backend failure: {exc}"
+            self.store.set_state(rec.id, State.FAILED, message, "infrastructure", "BACKEND_FAILURE")
+            return rec.with_state(State.FAILED, message, "infrastructure", "BACKEND_FAILURE")
+        self.store.set_state(rec.id, State.READY)
+        logger.info(
+            "sandbox ready",
+            image=rec.image or "(default)",
+            seconds=round(time.monotonic() - started, 4),
+        )
+        return rec.with_state(State.READY)
+
+    # ---- read ---------------------------------------------------------------
+
+    def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
+        """The tenant's sandbox; NOT_FOUND for unknown ids and for other tenants' sandboxes."""
+        rec = self.store.get(sandbox_id)
+        if rec is None or rec.tenant != tenant:
+            raise not_found(f"sandbox {sandbox_id!r} not found", "SANDBOX_NOT_FOUND")
+        return rec
+
+    def access(self, rec: SandboxRecord) -> tuple[str, str, float]:
+        """Executor address, a fresh token for ``rec`` and its expiry (unix seconds)."""
+        now = self.clock()
+        ttl = max(1.0, min(self.settings.token_ttl_seconds, rec.expires_at - now))
+        token, expiry = self.signer.issue(rec.id, ttl, now=now)
+        return self.settings.executor_address, token, float(expiry)
+
+    # ---- delete -------------------------------------------------------------
+
+    async def delete(self, tenant: str, sandbox_id: str) -> None:
+        """Delete the tenant's sandbox; deleting a DELETED one again is a no-op."""
+        rec = self.get(tenant, sandbox_id)
+        await self.remove(rec, "deleted by client")
+
+    async def remove(self, rec: SandboxRecord, why: str) -> None:
+        """Remove ``rec``'s container and mark it DELETED (also used by the reaper)."""
+        if rec.state == State.DELETED:
+            return
+        creating = self._creating.get(rec.id)
+        if creating is not None:
+            # Let the create finish first: deleting under a half-made container races it.
+            await asyncio.shield(creating)
+        task = self._deleting.get(rec.id)
+        if task is None:
+            if rec.state == State.DELETING and rec.state_reason:
+                why = rec.state_reason
+            self.store.set_state(rec.id, State.DELETING, why)
+            task = asyncio.get_running_loop().create_task(self._delete_in_backend(rec.id, why))
+            self._deleting[rec.id] = task
+            task.add_done_callback(lambda _t: self._deleting.pop(rec.id, None))
+        await asyncio.shield(task)
+
+    async def _delete_in_backend(self, sandbox_id: str, why: str) -> None:
+        logger = log.bind(sandbox_id=sandbox_id)
+        try:
+            await self.backend.delete(sandbox_id)
+        except BackendError as exc:
+            logger.error("delete failed; will retry", error=exc.message)
+            raise infrastructure(f"deleting sandbox {sandbox_id} failed: {exc.message}") from exc
+        self.store.set_state(sandbox_id, State.DELETED, why)
+        logger.info("sandbox deleted", why=why)
+
+    async def delete_all(self, why: str) -> None:
+        """Delete every live sandbox of every tenant (``orchard up`` on exit)."""
+        records = self.store.find(states=(State.PENDING, State.READY, State.DELETING, State.FAILED))
+        results = await asyncio.gather(
+            *(self.remove(r, why) for r in records), return_exceptions=True
+        )
+        for rec, result in zip(records, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("delete on shutdown failed", sandbox_id=rec.id, error=str(result))
+
+    def is_busy(self, sandbox_id: str) -> bool:
+        """Whether a create or delete of this sandbox is in flight."""
+        return sandbox_id in self._creating or sandbox_id in self._deleting
+
+    async def wait_idle(self) -> None:
+        """Wait for backend work in flight (graceful shutdown)."""
+        pending: list[asyncio.Task[Any]] = [*self._creating.values(), *self._deleting.values()]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def failed_create_error(rec: SandboxRecord) -> ServiceError:
+    """The error a create answers with when its sandbox ended FAILED."""
+    message = f"sandbox {rec.id} failed: {rec.state_reason}"
+    if rec.fault == "client":
+        if rec.error_reason == "IMAGE_NOT_FOUND":
+            return ServiceError(grpc.StatusCode.NOT_FOUND, "IMAGE_NOT_FOUND", message)
+        return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", message)
+    return infrastructure(message)

@@ -1,0 +1,115 @@
+"""Wiring and running the scheduler: store, backend, recovery, gRPC server, reaper.
+
+Start order matters: recovery runs before the port opens, so no client sees a
+half-reconciled state. Stop order is the reverse: stop taking calls (with a
+grace period for those in flight), stop the reaper, optionally delete every
+sandbox, wait for backend work, close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+import structlog
+
+from orchard._proto.orchard.v1 import sandbox_pb2_grpc
+from orchard.common.layout import NodeLayout
+from orchard.common.tokens import TokenSigner, load_or_create_key
+
+from .backends.base import Backend, load_backend
+from .lifecycle import SandboxLifecycle
+from .reaper import TtlReaper
+from .recovery import reconcile
+from .service import SchedulerService
+from .settings import SchedulerSettings
+from .store import SandboxStore
+
+log = structlog.get_logger("orchard.scheduler")
+
+SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.max_concurrent_streams", 4096),
+]
+
+
+def public_address(listen: str, port: int) -> str:
+    """The address to give out for a server bound to ``listen`` (wildcards become loopback)."""
+    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+def write_address_file(path: os.PathLike[str] | str, address: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(address + "\n")
+    os.replace(tmp, path)
+
+
+@dataclass
+class RunningScheduler:
+    address: str
+    server: grpc.aio.Server
+    lifecycle: SandboxLifecycle
+    reaper: TtlReaper
+    store: SandboxStore
+
+    async def stop(self, settings: SchedulerSettings) -> None:
+        await self.server.stop(settings.shutdown_grace_seconds)
+        await self.reaper.stop()
+        if settings.delete_all_on_shutdown:
+            await self.lifecycle.delete_all("the scheduler shut down")
+        await self.lifecycle.wait_idle()
+        self.store.close()
+        log.info("scheduler stopped")
+
+
+async def start(settings: SchedulerSettings, backend: Backend | None = None) -> RunningScheduler:
+    layout = NodeLayout(settings.home)
+    layout.run.mkdir(parents=True, exist_ok=True)
+    store = SandboxStore(layout.state_db)
+    if backend is None:
+        backend = load_backend(settings.backend, settings)
+    signer = TokenSigner(load_or_create_key(layout.token_key))
+    lifecycle = SandboxLifecycle(store, backend, signer, settings)
+    await reconcile(store, backend)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(SchedulerService(lifecycle), server)
+    port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        raise RuntimeError(f"cannot listen on {settings.listen}")
+    await server.start()
+    address = public_address(settings.listen, port)
+    write_address_file(layout.run / "scheduler.addr", address)
+    reaper = TtlReaper(lifecycle, settings.reap_interval_seconds)
+    reaper.start()
+    log.info(
+        "scheduler serving",
+        address=address,
+        backend=settings.backend,
+        executor=settings.executor_address,
+    )
+    return RunningScheduler(address, server, lifecycle, reaper, store)
+
+
+async def serve(settings: SchedulerSettings, on_ready: Callable[[str], None] = print) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    running = await start(settings)
+    on_ready(running.address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(asyncio.CancelledError):
+        await stop.wait()
+    log.info("scheduler shutting down")
+    await running.stop(settings)

@@ -1,0 +1,153 @@
+"""The scheduler's SandboxService servicer (internal: only the gateway calls it).
+
+The tenant comes from the ``orchard-tenant`` metadata the gateway sets after
+checking the API key; every read and write is scoped to it, and another
+tenant's sandbox answers NOT_FOUND exactly like an unknown id.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from orchard._proto.orchard.v1 import common_pb2, sandbox_pb2, sandbox_pb2_grpc
+from orchard.common.errors import ServiceError, invalid, not_found, precondition, unauthenticated
+from orchard.common.layout import is_valid_sandbox_id
+
+from .lifecycle import SandboxLifecycle, failed_create_error
+from .status import reports_errors
+from .store import SandboxRecord, State
+from .validation import validate_create, validate_labels
+
+TENANT_KEY = "orchard-tenant"
+TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def tenant_of(context: Context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == TENANT_KEY and isinstance(value, str) and TENANT_RE.match(value):
+            return value
+    raise unauthenticated(
+        "missing or malformed orchard-tenant metadata (call the gateway, not the scheduler)",
+        "API_KEY_INVALID",
+    )
+
+
+def checked_id(sandbox_id: str) -> str:
+    if not sandbox_id:
+        raise invalid("id: a sandbox id is required")
+    if not is_valid_sandbox_id(sandbox_id):
+        # Not a well-formed id, so it cannot name a sandbox: same answer as an unknown one.
+        raise not_found(f"sandbox {sandbox_id[:80]!r} not found", "SANDBOX_NOT_FOUND")
+    return sandbox_id
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+def to_proto(
+    rec: SandboxRecord, access: sandbox_pb2.ExecutorAccess | None = None
+) -> sandbox_pb2.Sandbox:
+    return sandbox_pb2.Sandbox(
+        id=rec.id,
+        image=rec.image,
+        resources=common_pb2.Resources(
+            cpu_millis=rec.cpu_millis, memory_bytes=rec.memory_bytes, pids=rec.pids
+        ),
+        network=common_pb2.NetworkPolicy(mode=rec.network_mode),  # type: ignore[arg-type]
+        state=int(rec.state),  # type: ignore[arg-type]
+        state_reason=rec.state_reason,
+        labels=rec.labels,
+        env=rec.env,
+        created_at=_timestamp(rec.created_at),
+        expires_at=_timestamp(rec.expires_at),
+        executor=access,
+        tenant=rec.tenant,
+    )
+
+
+class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
+    def __init__(self, lifecycle: SandboxLifecycle) -> None:
+        self.lifecycle = lifecycle
+
+    def _access(self, rec: SandboxRecord) -> sandbox_pb2.ExecutorAccess:
+        address, token, expiry = self.lifecycle.access(rec)
+        return sandbox_pb2.ExecutorAccess(
+            address=address, token=token, token_expires_at=_timestamp(expiry)
+        )
+
+    def _answer(self, rec: SandboxRecord) -> sandbox_pb2.Sandbox:
+        return to_proto(rec, self._access(rec) if rec.state == State.READY else None)
+
+    @reports_errors
+    async def CreateSandbox(
+        self, request: sandbox_pb2.CreateSandboxRequest, context: Context
+    ) -> sandbox_pb2.Sandbox:
+        tenant = tenant_of(context)
+        validated = validate_create(request, self.lifecycle.settings.limits)
+        rec = await self.lifecycle.create(tenant, validated)
+        if rec.state == State.FAILED:
+            raise failed_create_error(rec)
+        if rec.state != State.READY:
+            raise precondition(f"sandbox {rec.id} is {rec.state.name}", "SANDBOX_NOT_READY")
+        return self._answer(rec)
+
+    @reports_errors
+    async def GetSandbox(
+        self, request: sandbox_pb2.GetSandboxRequest, context: Context
+    ) -> sandbox_pb2.Sandbox:
+        rec = self.lifecycle.get(tenant_of(context), checked_id(request.id))
+        return self._answer(rec)
+
+    @reports_errors
+    async def ListSandboxes(
+        self, request: sandbox_pb2.ListSandboxesRequest, context: Context
+    ) -> sandbox_pb2.ListSandboxesResponse:
+        tenant = tenant_of(context)
+        labels = validate_labels(dict(request.labels), self.lifecycle.settings.limits)
+        records = self.lifecycle.store.find(tenant=tenant, labels=labels)
+        return sandbox_pb2.ListSandboxesResponse(sandboxes=[to_proto(r) for r in records])
+
+    @reports_errors
+    async def DeleteSandbox(
+        self, request: sandbox_pb2.DeleteSandboxRequest, context: Context
+    ) -> sandbox_pb2.DeleteSandboxResponse:
+        await self.lifecycle.delete(tenant_of(context), checked_id(request.id))
+        return sandbox_pb2.DeleteSandboxResponse()
+
+    @reports_errors
+    async def GetExecutorAccess(
+        self, request: sandbox_pb2.GetSandboxRequest, context: Context
+    ) -> sandbox_pb2.ExecutorAccess:
+        rec = self.lifecycle.get(tenant_of(context), checked_id(request.id))
+        if rec.state != State.READY:
+            raise precondition(
+                f"sandbox {rec.id} is {rec.state.name}, not READY", "SANDBOX_NOT_READY"
+            )
+        return self._access(rec)
+
+    @reports_errors
+    async def ListImages(
+        self, request: sandbox_pb2.ListImagesRequest, context: Context
+    ) -> sandbox_pb2.ListImagesResponse:
+        tenant_of(context)
+        images = await self.lifecycle.backend.images()
+        return sandbox_pb2.ListImagesResponse(
+            images=[
+                sandbox_pb2.Image(
+                    name=i.name, size_bytes=i.size_bytes, layers=i.layers, is_default=i.is_default
+                )
+                for i in images
+            ]
+        )
+
+
+__all__ = ["SchedulerService", "ServiceError", "tenant_of", "to_proto"]

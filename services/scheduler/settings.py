@@ -1,0 +1,60 @@
+"""Settings of the scheduler: small frozen dataclasses with defaults that work on one machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class CreateLimits:
+    """Defaults and bounds for a create request; zero fields in a request mean "default"."""
+
+    default_cpu_millis: int = 1000
+    min_cpu_millis: int = 50
+    # More than the machine has is allowed (cpu is a share, not a reservation)
+    # but not absurd values that point at a client bug.
+    max_cpu_millis: int = 64_000
+    default_memory_bytes: int = GIB
+    # Below this the image's shell itself can be OOM-killed; that looks like a
+    # platform failure to a trainer, so it is refused up front.
+    min_memory_bytes: int = 16 * MIB
+    max_memory_bytes: int = 256 * GIB
+    default_pids: int = 512
+    min_pids: int = 8
+    max_pids: int = 65_536
+    default_ttl_seconds: int = 3600
+    max_ttl_seconds: int = 7 * 24 * 3600
+    max_labels: int = 64
+    max_label_value_chars: int = 256
+    max_env: int = 256
+    max_env_value_bytes: int = 32 * 1024
+    # All of env together: it is copied into every command the sandbox runs.
+    max_env_total_bytes: int = 256 * 1024
+    max_request_id_chars: int = 128
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    home: Path
+    """Node home (layout.NodeLayout): state.db and secrets/token.key live here."""
+    listen: str = "127.0.0.1:0"
+    """Where the internal SandboxService listens; port 0 picks a free one."""
+    executor_address: str = ""
+    """The node executor's address, handed to clients for the data plane."""
+    backend: str = "local"
+    """Backend name for ``backends.load_backend``."""
+    images_dir: Path | None = None
+    """Images folder for the backend; None means ``<home>/images``."""
+    token_ttl_seconds: float = 3600.0
+    """Data-plane token lifetime; capped by the sandbox's expiry."""
+    reap_interval_seconds: float = 2.0
+    """How often the TTL reaper looks for expired sandboxes."""
+    delete_all_on_shutdown: bool = False
+    """Delete every sandbox on graceful shutdown (``orchard up`` leaves nothing behind)."""
+    shutdown_grace_seconds: float = 5.0
+    """How long in-flight calls get to finish on shutdown."""
+    limits: CreateLimits = field(default_factory=CreateLimits)

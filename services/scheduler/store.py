@@ -1,0 +1,245 @@
+"""SandboxStore: the scheduler's state in one SQLite file (WAL).
+
+Why SQLite: one node, one writer, and a restart must lose nothing. WAL with
+``synchronous=NORMAL`` makes a write a few tens of microseconds (no fsync per
+commit; durable across a process crash, which is what recovery needs), so the
+calls run inline on the event loop instead of paying a thread hop per write.
+
+The schema carries a version (``PRAGMA user_version``); ``_MIGRATIONS`` lists
+the steps from each version to the next.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from pathlib import Path
+
+
+class State(IntEnum):
+    """Mirrors ``orchard.v1.SandboxState`` (same numbers)."""
+
+    PENDING = 1
+    READY = 2
+    DELETING = 3
+    DELETED = 4
+    FAILED = 5
+
+
+LIVE_STATES = (State.PENDING, State.READY, State.DELETING, State.FAILED)
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    id: str
+    tenant: str
+    image: str
+    cpu_millis: int
+    memory_bytes: int
+    pids: int
+    network_mode: int
+    ttl_seconds: int
+    created_at: float
+    expires_at: float
+    state: State = State.PENDING
+    state_reason: str = ""
+    # Whose fault a FAILED state is: "client" (e.g. unknown image) or "infrastructure".
+    fault: str = ""
+    # For FAILED: the ErrorReason name the backend gave (e.g. IMAGE_NOT_FOUND).
+    error_reason: str = ""
+    request_id: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def with_state(
+        self, state: State, reason: str = "", fault: str = "", error_reason: str = ""
+    ) -> SandboxRecord:
+        return replace(
+            self, state=state, state_reason=reason, fault=fault, error_reason=error_reason
+        )
+
+
+_MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1
+    """
+    CREATE TABLE sandboxes (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        request_id TEXT NOT NULL DEFAULT '',
+        image TEXT NOT NULL,
+        cpu_millis INTEGER NOT NULL,
+        memory_bytes INTEGER NOT NULL,
+        pids INTEGER NOT NULL,
+        network_mode INTEGER NOT NULL,
+        ttl_seconds INTEGER NOT NULL,
+        labels TEXT NOT NULL,
+        env TEXT NOT NULL,
+        state INTEGER NOT NULL,
+        state_reason TEXT NOT NULL DEFAULT '',
+        fault TEXT NOT NULL DEFAULT '',
+        error_reason TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX sandboxes_request ON sandboxes (tenant, request_id) WHERE request_id != '';
+    CREATE INDEX sandboxes_tenant_state ON sandboxes (tenant, state);
+    CREATE INDEX sandboxes_expiry ON sandboxes (state, expires_at);
+    """,
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_COLUMNS = (
+    "id, tenant, request_id, image, cpu_millis, memory_bytes, pids, network_mode, ttl_seconds,"
+    " labels, env, state, state_reason, fault, error_reason, created_at, expires_at"
+)
+
+
+class DuplicateRequestError(Exception):
+    """A sandbox with this (tenant, request_id) already exists."""
+
+
+class SandboxStore:
+    """Reads and writes sandbox records; one instance per scheduler process."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"state.db has schema version {version}; this scheduler knows up to {SCHEMA_VERSION}"
+            )
+        for step in range(version, SCHEMA_VERSION):
+            self._db.executescript(
+                f"BEGIN; {_MIGRATIONS[step]} PRAGMA user_version = {step + 1}; COMMIT;"
+            )
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+    @staticmethod
+    def _row(row: tuple[object, ...]) -> SandboxRecord:
+        (
+            sid,
+            tenant,
+            request_id,
+            image,
+            cpu,
+            mem,
+            pids,
+            net,
+            ttl,
+            labels,
+            env,
+            state,
+            reason,
+            fault,
+            error_reason,
+            created,
+            expires,
+        ) = row
+        return SandboxRecord(
+            id=str(sid),
+            tenant=str(tenant),
+            request_id=str(request_id),
+            image=str(image),
+            cpu_millis=int(cpu),  # type: ignore[call-overload]
+            memory_bytes=int(mem),  # type: ignore[call-overload]
+            pids=int(pids),  # type: ignore[call-overload]
+            network_mode=int(net),  # type: ignore[call-overload]
+            ttl_seconds=int(ttl),  # type: ignore[call-overload]
+            labels=json.loads(str(labels)),
+            env=json.loads(str(env)),
+            state=State(int(state)),  # type: ignore[call-overload]
+            state_reason=str(reason),
+            fault=str(fault),
+            error_reason=str(error_reason),
+            created_at=float(created),  # type: ignore[arg-type]
+            expires_at=float(expires),  # type: ignore[arg-type]
+        )
+
+    def insert(self, rec: SandboxRecord) -> None:
+        try:
+            self._db.execute(
+                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    rec.id, rec.tenant, rec.request_id, rec.image, rec.cpu_millis, rec.memory_bytes,
+                    rec.pids, rec.network_mode, rec.ttl_seconds, json.dumps(rec.labels), json.dumps(rec.env),
+                    int(rec.state), rec.state_reason, rec.fault, rec.error_reason, rec.created_at, rec.expires_at,
+                ),
+            )  # fmt: skip
+        except sqlite3.IntegrityError as exc:
+            raise DuplicateRequestError(rec.request_id) from exc
+
+    def set_state(
+        self,
+        sandbox_id: str,
+        state: State,
+        reason: str = "",
+        fault: str = "",
+        error_reason: str = "",
+    ) -> None:
+        self._db.execute(
+            "UPDATE sandboxes SET state = ?, state_reason = ?, fault = ?, error_reason = ? WHERE id = ?",
+            (int(state), reason, fault, error_reason, sandbox_id),
+        )
+
+    def get(self, sandbox_id: str) -> SandboxRecord | None:
+        row = self._db.execute(
+            f"SELECT {_COLUMNS} FROM sandboxes WHERE id = ?", (sandbox_id,)
+        ).fetchone()
+        return None if row is None else self._row(row)
+
+    def get_by_request(self, tenant: str, request_id: str) -> SandboxRecord | None:
+        row = self._db.execute(
+            f"SELECT {_COLUMNS} FROM sandboxes WHERE tenant = ? AND request_id = ?",
+            (tenant, request_id),
+        ).fetchone()
+        return None if row is None else self._row(row)
+
+    def find(
+        self,
+        tenant: str | None = None,
+        states: Iterable[State] = LIVE_STATES,
+        labels: dict[str, str] | None = None,
+    ) -> list[SandboxRecord]:
+        """Records in ``states`` (of ``tenant``, if given) carrying all ``labels``, oldest first."""
+        wanted = [int(s) for s in states]
+        sql = f"SELECT {_COLUMNS} FROM sandboxes WHERE state IN ({','.join('?' * len(wanted))})"
+        args: list[object] = list(wanted)
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            args.append(tenant)
+        for key, value in (labels or {}).items():
+            sql += " AND json_extract(labels, ?) = ?"
+            args.extend((f'$."{key}"', value))
+        sql += " ORDER BY created_at, id"
+        return [self._row(r) for r in self._db.execute(sql, args).fetchall()]
+
+    def expired(self, now: float) -> list[SandboxRecord]:
+        """Sandboxes past their expiry that still hold (or may hold) a container."""
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM sandboxes WHERE state IN (?, ?, ?) AND expires_at <= ?",
+            (int(State.PENDING), int(State.READY), int(State.FAILED), now),
+        ).fetchall()
+        return [self._row(r) for r in rows]
+
+    def purge_deleted(self, before: float) -> int:
+        """Forget DELETED records created before ``before``; returns how many."""
+        cur = self._db.execute(
+            "DELETE FROM sandboxes WHERE state = ? AND expires_at < ?", (int(State.DELETED), before)
+        )
+        return cur.rowcount
