@@ -1,0 +1,326 @@
+"""``LocalBackend``: the ``Backend`` interface over runc, overlayfs and cgroups on one node.
+
+create = claim ``sandboxes/<id>/``, mount the overlay root, write config.json,
+bind the init socket, ``runc run --detach`` with the socket as fd 3, write
+sandbox.json. delete = ``runc delete --force``, unmount, sweep cgroups, remove
+the folder; it is idempotent and also undoes a create that died half-way.
+list/inspect read what exists (sandbox folders and runc's state dir), so a
+scheduler restarted after kill -9 sees every sandbox it left behind.
+
+All blocking work (syscalls, runc) runs in the backend's own thread pool, and
+a semaphore (cores * 4 by default) bounds how many creates and deletes run at
+once so a burst of 1000 creates queues instead of starving the machine.
+Operations on one sandbox id are serialised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import errno
+import importlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta, is_valid_sandbox_id
+
+from ..base import (
+    NETWORK_NONE,
+    BackendError,
+    BackendSandbox,
+    ImageInfo,
+    SandboxSpec,
+    check_sandbox_id,
+)
+from . import cgroups, init_socket, oci_config, overlay
+from .images import (
+    ImageStore,
+    StoredImage,
+    image_env_defaults,
+    normalize_image_name,
+)
+from .runc import Runc, kill_and_wait
+from .settings import LocalSettings
+
+T = TypeVar("T")
+
+PID_FILE = "init.pid"
+LOG_FILE = "init.log"
+
+
+@dataclass
+class _IdLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class LocalBackend:
+    """Sandboxes as runc containers on this machine."""
+
+    name = "local"
+
+    def __init__(self, settings: LocalSettings) -> None:
+        self.settings = settings
+        self.layout = NodeLayout(settings.home)
+        self.store = ImageStore(settings.image_store_dir)
+        self.runc = Runc(settings.runc, settings.runc_root)
+        self._pool = ThreadPoolExecutor(
+            max_workers=settings.max_parallel + 2, thread_name_prefix="orchard-local"
+        )
+        self._slots = asyncio.Semaphore(settings.max_parallel)
+        self._id_locks: dict[str, _IdLock] = {}
+        self._image_cache: dict[str, tuple[int, StoredImage]] = {}
+        self._init_binary: Path | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        for folder in (self.layout.sandboxes, settings.runc_root):
+            folder.mkdir(parents=True, exist_ok=True)
+
+    # -- Backend interface -------------------------------------------------------
+
+    async def create(self, spec: SandboxSpec) -> BackendSandbox:
+        check_sandbox_id(spec.sandbox_id)
+        if spec.network_mode != NETWORK_NONE:
+            raise BackendError.invalid(
+                f"network mode {spec.network_mode!r} is not supported by the local backend",
+                reason="UNSUPPORTED",
+            )
+        if spec.cpu_millis <= 0 or spec.memory_bytes <= 0 or spec.pids <= 0:
+            raise BackendError.invalid("cpu, memory and pids limits must be positive")
+        async with self._id_lock(spec.sandbox_id), self._slots:
+            image = await self._in_thread(lambda: self._image(spec.image))
+            init_binary = await self._in_thread(self._resolve_init_binary)
+            future = asyncio.get_running_loop().run_in_executor(
+                self._pool, self._create_sync, spec, image, init_binary
+            )
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                self._undo_after(future, spec.sandbox_id)
+                raise
+
+    async def delete(self, sandbox_id: str) -> None:
+        check_sandbox_id(sandbox_id)
+        async with self._id_lock(sandbox_id), self._slots:
+            await asyncio.shield(
+                asyncio.get_running_loop().run_in_executor(
+                    self._pool, self._delete_sync, sandbox_id
+                )
+            )
+
+    async def list(self) -> builtins.list[BackendSandbox]:
+        return await self._in_thread(self._list_sync)
+
+    async def inspect(self, sandbox_id: str) -> BackendSandbox | None:
+        check_sandbox_id(sandbox_id)
+        return await self._in_thread(lambda: self._inspect_sync(sandbox_id))
+
+    async def images(self) -> builtins.list[ImageInfo]:
+        default = self.settings.default_image
+        return await self._in_thread(lambda: [i.info(default) for i in self.store.list()])
+
+    async def close(self) -> None:
+        """Wait for background undo work and stop the thread pool; sandboxes stay."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        self._pool.shutdown(wait=True)
+
+    # -- helpers on the event loop -----------------------------------------------
+
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    @contextlib.asynccontextmanager
+    async def _id_lock(self, sandbox_id: str) -> AsyncIterator[None]:
+        entry = self._id_locks.setdefault(sandbox_id, _IdLock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._id_locks[sandbox_id]
+
+    def _undo_after(self, future: asyncio.Future[BackendSandbox], sandbox_id: str) -> None:
+        """A create was cancelled while runc worked: delete the sandbox once it is done."""
+
+        async def undo() -> None:
+            with contextlib.suppress(BaseException):
+                await future
+            with contextlib.suppress(BackendError, OSError):
+                await self.delete(sandbox_id)
+
+        task = asyncio.ensure_future(undo())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- blocking work (worker threads) ------------------------------------------
+
+    def _image(self, name: str) -> StoredImage:
+        wanted = normalize_image_name(name or self.settings.default_image)
+        meta = self.store.folder_of(wanted) / "image.json"
+        try:
+            mtime = meta.stat().st_mtime_ns
+        except FileNotFoundError:
+            raise BackendError(
+                "IMAGE_NOT_FOUND", f"image {wanted!r} is not in the store", client_fault=True
+            ) from None
+        cached = self._image_cache.get(wanted)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        image = self.store.get(wanted)
+        self._image_cache[wanted] = (mtime, image)
+        return image
+
+    def _resolve_init_binary(self) -> Path:
+        if self._init_binary is not None:
+            return self._init_binary
+        path = self.settings.init_binary
+        if path is None:
+            try:
+                initbin = importlib.import_module("orchard.executor.initbin")
+            except ImportError as err:
+                raise BackendError.failure(
+                    "orchard-init is not available (no orchard.executor.initbin)"
+                ) from err
+            path = Path(initbin.ensure_init_binary())
+        if not os.access(path, os.X_OK):
+            raise BackendError.failure(f"orchard-init binary {path} is missing or not executable")
+        self._init_binary = path.resolve()
+        return self._init_binary
+
+    def _create_sync(
+        self, spec: SandboxSpec, image: StoredImage, init_binary: Path
+    ) -> BackendSandbox:
+        sandbox = self.layout.sandbox(spec.sandbox_id)
+        try:
+            sandbox.dir.mkdir(mode=0o700)
+        except FileExistsError:
+            raise BackendError(
+                "ALREADY_EXISTS", f"sandbox {spec.sandbox_id} already exists on this node"
+            ) from None
+        try:
+            return self._start(sandbox, spec, image, init_binary)
+        except BaseException as err:
+            try:
+                self._delete_sync(spec.sandbox_id)
+            except (BackendError, OSError) as cleanup_err:
+                err.add_note(f"cleanup after the failed create also failed: {cleanup_err}")
+            if isinstance(err, OSError):
+                raise BackendError.failure(f"create {spec.sandbox_id}: {err}") from err
+            raise
+
+    def _start(
+        self, sandbox: SandboxLayout, spec: SandboxSpec, image: StoredImage, init_binary: Path
+    ) -> BackendSandbox:
+        for folder in (sandbox.rootfs, sandbox.upper, sandbox.work):
+            folder.mkdir()
+        overlay.mount_overlay(sandbox.rootfs, image.layer_paths, sandbox.upper, sandbox.work)
+        config = oci_config.build_config(
+            sandbox_id=spec.sandbox_id,
+            rootfs=sandbox.rootfs,
+            init_binary=init_binary,
+            limits=oci_config.ContainerLimits(spec.cpu_millis, spec.memory_bytes, spec.pids),
+        )
+        oci_config.write_config(sandbox.dir, config)
+        with init_socket.listen_at(sandbox.init_socket) as listener:
+            init_pid = self.runc.run_detached(
+                spec.sandbox_id,
+                sandbox.dir,
+                listener.fileno(),
+                sandbox.dir / PID_FILE,
+                sandbox.dir / LOG_FILE,
+            )
+        env = image_env_defaults(image.env)
+        env.update(spec.env)
+        SandboxMeta(
+            sandbox_id=spec.sandbox_id,
+            env=env,
+            memory_cgroup=str(cgroups.memory_cgroup_dir(spec.sandbox_id)),
+            init_pid=init_pid,
+            cwd=image.cwd,
+        ).write(sandbox.meta_file)
+        return BackendSandbox(spec.sandbox_id, running=True, init_pid=init_pid)
+
+    def _delete_sync(self, sandbox_id: str) -> None:
+        sandbox = self.layout.sandbox(sandbox_id)
+        if self.runc.state_dir(sandbox_id).exists():
+            state = self.runc.state(sandbox_id)
+            stopped = False
+            if state is not None and state.running:
+                stopped = kill_and_wait(state.init_pid, state.init_start_time)
+            try:
+                # A stopped container is deleted at once; --force would poll.
+                self.runc.delete(sandbox_id, force=not stopped)
+            except BackendError:
+                # runc cannot read its own state (a create killed half-way):
+                # kill what runs in the sandbox's cgroups and drop the state.
+                _kill_cgroup_processes(sandbox_id)
+                shutil.rmtree(self.runc.state_dir(sandbox_id), ignore_errors=True)
+        if sandbox.dir.exists():
+            overlay.unmount_overlay(sandbox.rootfs)
+        leftover = cgroups.remove_sandbox_cgroups(sandbox_id)
+        if leftover:
+            _kill_cgroup_processes(sandbox_id)
+            leftover = cgroups.remove_sandbox_cgroups(sandbox_id)
+        shutil.rmtree(sandbox.dir, ignore_errors=True)
+        if sandbox.dir.exists():
+            raise BackendError.failure(f"delete {sandbox_id}: could not remove {sandbox.dir}")
+        if leftover:
+            raise BackendError.failure(
+                f"delete {sandbox_id}: cgroups still busy: {', '.join(map(str, leftover))}"
+            )
+
+    def _known_ids(self) -> set[str]:
+        ids = set(self.runc.container_ids())
+        with contextlib.suppress(FileNotFoundError):
+            ids.update(entry.name for entry in os.scandir(self.layout.sandboxes))
+        return {sandbox_id for sandbox_id in ids if is_valid_sandbox_id(sandbox_id)}
+
+    def _inspect_sync(self, sandbox_id: str) -> BackendSandbox | None:
+        state = self.runc.state(sandbox_id)
+        if state is None:
+            if not self.layout.sandbox(sandbox_id).dir.exists():
+                return None
+            return BackendSandbox(sandbox_id, running=False, init_pid=0)
+        return BackendSandbox(sandbox_id, running=state.running, init_pid=state.init_pid)
+
+    def _list_sync(self) -> builtins.list[BackendSandbox]:
+        found: builtins.list[BackendSandbox] = []
+        for sandbox_id in sorted(self._known_ids()):
+            sandbox = self._inspect_sync(sandbox_id)
+            if sandbox is not None:
+                found.append(sandbox)
+        return found
+
+
+def _kill_cgroup_processes(sandbox_id: str) -> None:
+    """SIGKILL every process in the sandbox's cgroups and wait briefly for them to go."""
+    pids: set[int] = set()
+    for folder in cgroups.sandbox_cgroup_dirs(sandbox_id):
+        with contextlib.suppress(OSError, ValueError):
+            pids.update(int(line) for line in (folder / "cgroup.procs").read_text().split())
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 2.0
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if _alive(pid)}
+        if pids:
+            time.sleep(0.005)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as err:
+        return err.errno != errno.ESRCH
+    return True

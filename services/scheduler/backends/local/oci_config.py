@@ -1,0 +1,190 @@
+"""The OCI runtime ``config.json`` of one sandbox container.
+
+What each sandbox gets: its own pid, mount, network, uts and ipc namespaces;
+the overlay root prepared on the host; the standard /proc, /dev, /dev/pts,
+/dev/shm, /dev/mqueue and read-only /sys mounts; Docker's masked and read-only
+paths; ``noNewPrivileges``; Docker's default capabilities minus NET_RAW and
+MKNOD; cgroup limits for cpu (quota/period), memory (hard, no swap) and pids,
+under the ``orchard`` parent; and orchard-init bind-mounted read-only at
+``/.orchard/init`` as the container's process, listening on the socket passed
+in as fd 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+INIT_PATH_IN_CONTAINER = "/.orchard/init"
+INIT_LISTEN_FD = 3
+CGROUP_PARENT = "orchard"
+CPU_PERIOD_US = 100_000
+NOFILE_LIMIT = 65536
+
+# Docker's default set minus NET_RAW (raw sockets: spoofing, ICMP tricks) and
+# MKNOD (no device nodes; the device cgroup denies them anyway).
+CAPABILITIES = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+]
+
+MASKED_PATHS = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+]
+
+READONLY_PATHS = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+]
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    cpu_millis: int
+    memory_bytes: int
+    pids: int
+
+
+def cgroups_path(sandbox_id: str) -> str:
+    """runc's cgroupsPath: absolute, so each v1 controller gets ``<mount>/orchard/<id>``."""
+    return f"/{CGROUP_PARENT}/{sandbox_id}"
+
+
+def cpu_quota_us(cpu_millis: int) -> int:
+    # The kernel refuses quotas under 1 ms.
+    return max(1000, cpu_millis * CPU_PERIOD_US // 1000)
+
+
+def nofile_limit() -> int:
+    """Open-file limit for the sandbox: 65536, or the host's hard limit if lower.
+
+    runc sets rlimits after the capabilities that could raise them are gone, so
+    asking for more than the host process has fails the create.
+    """
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        return NOFILE_LIMIT
+    return min(NOFILE_LIMIT, hard)
+
+
+def _mount(destination: str, fstype: str, source: str, options: list[str]) -> dict[str, Any]:
+    return {"destination": destination, "type": fstype, "source": source, "options": options}
+
+
+def build_config(
+    *,
+    sandbox_id: str,
+    rootfs: Path,
+    init_binary: Path,
+    limits: ContainerLimits,
+    netns_path: str | None = None,
+) -> dict[str, Any]:
+    """The OCI runtime spec (1.0.2) for one sandbox."""
+    network_ns: dict[str, str] = {"type": "network"}
+    if netns_path:
+        network_ns["path"] = netns_path
+    caps = list(CAPABILITIES)
+    nofile = nofile_limit()
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": [INIT_PATH_IN_CONTAINER, "--listen-fd", str(INIT_LISTEN_FD)],
+            # Only init's own environment; commands get sandbox.json's env.
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "cwd": "/",
+            "capabilities": {
+                "bounding": caps,
+                "effective": caps,
+                "permitted": caps,
+            },
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": nofile, "soft": nofile}],
+            "noNewPrivileges": True,
+            "oomScoreAdj": 500,
+        },
+        "root": {"path": str(rootfs), "readonly": False},
+        "hostname": sandbox_id,
+        "mounts": [
+            _mount("/proc", "proc", "proc", ["nosuid", "noexec", "nodev"]),
+            _mount(
+                "/dev",
+                "tmpfs",
+                "tmpfs",
+                ["nosuid", "strictatime", "mode=755", "size=65536k"],
+            ),
+            _mount(
+                "/dev/pts",
+                "devpts",
+                "devpts",
+                ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"],
+            ),
+            _mount(
+                "/dev/shm",
+                "tmpfs",
+                "shm",
+                ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+            ),
+            _mount("/dev/mqueue", "mqueue", "mqueue", ["nosuid", "noexec", "nodev"]),
+            _mount("/sys", "sysfs", "sysfs", ["nosuid", "noexec", "nodev", "ro"]),
+            _mount(
+                INIT_PATH_IN_CONTAINER,
+                "bind",
+                str(init_binary),
+                ["bind", "ro", "nosuid", "nodev"],
+            ),
+        ],
+        "linux": {
+            "namespaces": [
+                {"type": "pid"},
+                {"type": "ipc"},
+                {"type": "uts"},
+                {"type": "mount"},
+                network_ns,
+            ],
+            "cgroupsPath": cgroups_path(sandbox_id),
+            "resources": {
+                "devices": [{"allow": False, "access": "rwm"}],
+                "memory": {"limit": limits.memory_bytes, "swap": limits.memory_bytes},
+                "cpu": {"quota": cpu_quota_us(limits.cpu_millis), "period": CPU_PERIOD_US},
+                "pids": {"limit": limits.pids},
+            },
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
+        },
+    }
+
+
+def write_config(bundle: Path, config: dict[str, Any]) -> None:
+    """Write ``bundle/config.json`` (runc reads the bundle's config.json)."""
+    tmp = bundle / "config.json.tmp"
+    with open(tmp, "w", encoding="utf-8") as out:
+        json.dump(config, out)
+    os.replace(tmp, bundle / "config.json")

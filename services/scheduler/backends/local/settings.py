@@ -1,0 +1,54 @@
+"""Settings of the local (runc) backend: where its files live and which binaries it runs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchard.common.layout import NodeLayout, orchard_home
+
+DEFAULT_IMAGE = "debian:bookworm"
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    home: Path
+    """Node home (``layout.NodeLayout``): sandboxes/, run/ and by default images/."""
+    images_dir: Path | None = None
+    """Image store; None means ``<home>/images``."""
+    runc: str = "runc"
+    """The runc binary (a name on PATH or a path)."""
+    default_image: str = DEFAULT_IMAGE
+    """The image used when a create request names none."""
+    init_binary: Path | None = None
+    """orchard-init on the host; None means ``orchard.executor.initbin.ensure_init_binary()``."""
+    parallelism: int = 0
+    """How many runc/mount operations run at once; 0 means cores * 4."""
+
+    @classmethod
+    def from_env(cls) -> LocalSettings:
+        images = os.environ.get("ORCHARD_IMAGES_DIR")
+        init = os.environ.get("ORCHARD_INIT_BINARY")
+        return cls(
+            home=orchard_home(),
+            images_dir=Path(images) if images else None,
+            init_binary=Path(init) if init else None,
+        )
+
+    @property
+    def layout(self) -> NodeLayout:
+        return NodeLayout(self.home)
+
+    @property
+    def image_store_dir(self) -> Path:
+        return self.images_dir if self.images_dir is not None else self.layout.images
+
+    @property
+    def runc_root(self) -> Path:
+        """runc's state dir, apart from any other runc user on the machine."""
+        return self.layout.run / "runc"
+
+    @property
+    def max_parallel(self) -> int:
+        return self.parallelism if self.parallelism > 0 else (os.cpu_count() or 1) * 4
