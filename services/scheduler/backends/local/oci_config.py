@@ -1,9 +1,9 @@
 """The OCI runtime ``config.json`` of one sandbox container.
 
-What each sandbox gets: its own pid, mount, network, uts and ipc namespaces;
-the overlay root prepared on the host; the standard /proc, /dev, /dev/pts,
-/dev/shm, /dev/mqueue and read-only /sys mounts; Docker's masked and read-only
-paths; ``noNewPrivileges``; Docker's default capabilities minus NET_RAW and
+What each sandbox gets: its own pid, mount, network, uts, ipc and cgroup
+namespaces; the overlay root prepared on the host; the standard /proc, /dev,
+/dev/pts, /dev/shm, /dev/mqueue and read-only /sys mounts; Docker's masked and
+read-only paths; ``noNewPrivileges``; Docker's default capabilities minus NET_RAW and
 MKNOD; cgroup limits for cpu (quota/period), memory (hard, no swap) and pids,
 under the ``orchard`` parent; and orchard-init bind-mounted read-only at
 ``/.orchard/init`` as the container's process, listening on the socket passed
@@ -167,6 +167,7 @@ def build_config(
                 {"type": "ipc"},
                 {"type": "uts"},
                 {"type": "mount"},
+                {"type": "cgroup"},
                 network_ns,
             ],
             "cgroupsPath": cgroups_path(sandbox_id),
