@@ -1,0 +1,53 @@
+"""The ``orchard`` command line.
+
+    orchard up [--home H] [--port 50051]          run the embedded default stack
+    orchard create [--image I] [--cpu C] ...       print the new sandbox's id
+    orchard exec ID [--timeout S] -- CMD ARGS...   stream output, exit with its code
+    orchard cp SRC DST                             ID:/path on either side
+    orchard ls | orchard rm ID...
+    orchard image ls | import SOURCE --name N | build-default
+
+Exit codes: 0 success; 1 an Orchard error (message on stderr, no traceback);
+2 bad usage. ``orchard exec`` exits with the command's own code, 128+N if a
+signal N killed it, 124 if it timed out (like GNU ``timeout``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from orchard.client import OrchardError
+
+from . import _images, _sandboxes, _up
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchard", description="Orchard Env: sandboxes for AI agents.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument(
+        "--endpoint", help="gateway address (default $ORCHARD_ENDPOINT or the local stack's)"
+    )
+    parser.add_argument("--api-key", help="API key (default $ORCHARD_API_KEY or the local dev key)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _up.register(commands)
+    _sandboxes.register(commands)
+    _images.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except OrchardError as exc:
+        print(f"orchard: {exc.message}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.stdout.flush()
+    return code

@@ -1,0 +1,179 @@
+"""``orchard up``: run the embedded default stack as three child processes.
+
+Starts the node executor, the scheduler and the gateway (each ``python -m
+orchard.<service>``), waits for each to print its address, prints the endpoint
+and the dev API key file, writes ``<home>/run/gateway.addr`` (the gateway does),
+and serves until Ctrl-C or SIGTERM. Then it stops the gateway, the scheduler
+(started with ``--delete-all-on-shutdown``, so every sandbox is deleted and
+nothing is left behind) and the executor, in that order.
+
+The children's logs go to ``<home>/logs/<service>.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from orchard.client import OrchardError
+from orchard.common.layout import NodeLayout, orchard_home
+
+READY_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 60.0
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser("up", help="run the embedded default stack until Ctrl-C")
+    p.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="node home (default $ORCHARD_HOME or /var/lib/orchard)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="gateway host (default 127.0.0.1)")
+    p.add_argument(
+        "--port", type=int, default=50051, help="gateway port (default 50051; 0 picks a free one)"
+    )
+    p.set_defaults(run=cmd_up)
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+
+class StackError(OrchardError):
+    """A child service failed to start or died."""
+
+
+def _wait_ready(child: Child, log_path: Path) -> str:
+    """The address the child prints once it serves (first stdout line)."""
+    assert child.process.stdout is not None
+    fd = child.process.stdout.fileno()
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    buffer = b""
+    while b"\n" not in buffer:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise StackError(
+                f"{child.name} did not become ready in {READY_TIMEOUT_SECONDS:.0f} s (log: {log_path})"
+            )
+        readable, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+        if readable:
+            data = os.read(fd, 4096)
+            if not data:
+                code = child.process.wait()
+                raise StackError(
+                    f"{child.name} exited with code {code} while starting (log: {log_path})"
+                )
+            buffer += data
+    return buffer.split(b"\n", 1)[0].decode().strip()
+
+
+def _start(
+    name: str, module: str, args: list[str], home: Path, env: dict[str, str]
+) -> tuple[Child, str]:
+    logs = home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{name}.log"
+    log = open(log_path, "ab")  # noqa: SIM115 (closed in _stop)
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, "--home", str(home), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        env=env,
+        start_new_session=True,  # Ctrl-C reaches only us; we stop the children in order
+    )
+    child = Child(name, process, log)
+    try:
+        return child, _wait_ready(child, log_path)
+    except BaseException:
+        _stop(child)
+        raise
+
+
+def _stop(child: Child) -> None:
+    if child.process.poll() is None:
+        child.process.send_signal(signal.SIGTERM)
+        try:
+            child.process.wait(STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            print(f"orchard: {child.name} did not stop in time; killing it", file=sys.stderr)
+            child.process.kill()
+            child.process.wait()
+    if child.process.stdout is not None:
+        child.process.stdout.close()
+    child.log.close()
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    home: Path = (args.home or orchard_home()).resolve()
+    layout = NodeLayout(home)
+    layout.run.mkdir(parents=True, exist_ok=True)
+    for stale in ("gateway.addr", "scheduler.addr", "executor.addr"):
+        (layout.run / stale).unlink(missing_ok=True)
+    env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+
+    stopping = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    children: list[Child] = []
+    try:
+        executor, executor_addr = _start(
+            "executor", "orchard.executor", ["--listen", "127.0.0.1:0"], home, env
+        )
+        children.append(executor)
+        scheduler, scheduler_addr = _start(
+            "scheduler",
+            "orchard.scheduler",
+            ["--listen", "127.0.0.1:0", "--executor-address", executor_addr, "--backend", "local",
+             "--delete-all-on-shutdown"],
+            home,
+            env,
+        )  # fmt: skip
+        children.append(scheduler)
+        gateway, endpoint = _start(
+            "gateway", "orchard.gateway", ["--listen", f"{args.host}:{args.port}", "--scheduler", scheduler_addr],
+            home, env,
+        )  # fmt: skip
+        children.append(gateway)
+        print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
+        print(f"Dev API key: {home / 'dev-api-key'}", flush=True)
+        print(
+            f"Logs: {home / 'logs'}  (Ctrl-C stops the stack and deletes its sandboxes)", flush=True
+        )
+        code = 0
+        while not stopping:
+            dead = [c for c in children if c.process.poll() is not None]
+            if dead:
+                names = ", ".join(f"{c.name} (exit {c.process.returncode})" for c in dead)
+                print(
+                    f"orchard: {names} stopped unexpectedly; shutting down (logs: {home / 'logs'})",
+                    file=sys.stderr,
+                )
+                code = 1
+                break
+            time.sleep(0.2)
+        return code
+    finally:
+        for child in reversed(children):
+            _stop(child)
+        (layout.run / "gateway.addr").unlink(missing_ok=True)
+        print("Orchard stopped.", flush=True)

@@ -1,0 +1,63 @@
+"""The Orchard SDK: typed sync and async clients over the gRPC stubs.
+
+``Sandbox`` (sync) and ``AsyncSandbox`` (asyncio) share one core: request
+building, response parsing and error mapping are the same functions; the two
+faces differ only in how they call. See ``_errors`` for the exception tree.
+"""
+
+from ._async import AsyncSandbox, AsyncSession
+from ._config import ClientConfig
+from ._errors import (
+    AuthenticationError,
+    CommandStartError,
+    ConfigurationError,
+    DeadlineExceededError,
+    ImageNotFoundError,
+    InfrastructureError,
+    InvalidRequestError,
+    OrchardError,
+    PathError,
+    PathEscapeError,
+    PathNotFoundError,
+    PermissionDeniedError,
+    QuotaExceededError,
+    SandboxError,
+    SandboxNotFoundError,
+    SandboxNotReadyError,
+    ServiceUnavailableError,
+    SessionError,
+)
+from ._models import ExecEvent, ExecResult, ExecStatus, ImageInfo, OutputChunk, SandboxInfo
+from ._sync import Sandbox, Session
+
+__all__ = [
+    "AsyncSandbox",
+    "AsyncSession",
+    "AuthenticationError",
+    "ClientConfig",
+    "CommandStartError",
+    "ConfigurationError",
+    "DeadlineExceededError",
+    "ExecEvent",
+    "ExecResult",
+    "ExecStatus",
+    "ImageInfo",
+    "ImageNotFoundError",
+    "InfrastructureError",
+    "InvalidRequestError",
+    "OrchardError",
+    "OutputChunk",
+    "PathError",
+    "PathEscapeError",
+    "PathNotFoundError",
+    "PermissionDeniedError",
+    "QuotaExceededError",
+    "Sandbox",
+    "SandboxError",
+    "SandboxInfo",
+    "SandboxNotFoundError",
+    "SandboxNotReadyError",
+    "ServiceUnavailableError",
+    "Session",
+    "SessionError",
+]

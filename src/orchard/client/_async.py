@@ -1,0 +1,368 @@
+"""The asyncio face: ``AsyncSandbox`` and ``AsyncSession`` over grpc.aio.
+
+The same methods as the sync face, awaited; requests, models and error
+mapping come from the same shared core. Local file work (tar, files) runs in
+worker threads so the event loop never blocks on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import os
+import queue
+import threading
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Self, TypeVar
+
+from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
+
+from . import _requests, _tar, _values
+from ._channels import async_channel
+from ._config import ClientConfig
+from ._core import (
+    ExecutorAccess,
+    SandboxCore,
+    api_metadata,
+    call_deadline,
+    session_ref,
+    session_run_request,
+    translate_errors,
+)
+from ._errors import SandboxNotFoundError
+from ._models import (
+    ExecEvent,
+    ExecResult,
+    ImageInfo,
+    SandboxInfo,
+    exec_event,
+    exec_result,
+    image_info,
+    sandbox_info,
+)
+
+_END = object()
+R = TypeVar("R")
+
+
+def _control(config: ClientConfig) -> sandbox_pb2_grpc.SandboxServiceAsyncStub:
+    return sandbox_pb2_grpc.SandboxServiceStub(async_channel(config.endpoint))  # type: ignore[return-value]
+
+
+class AsyncSandbox(SandboxCore):
+    """A sandbox, driven from asyncio. Make one with ``await AsyncSandbox.create(...)``.
+
+    Used as an async context manager, it is deleted on exit.
+    """
+
+    @classmethod
+    async def create(
+        cls,
+        image: str | None = None,
+        cpu: _values.Cpu | None = None,
+        memory: _values.Memory | None = None,
+        network: str | None = None,
+        ttl: _values.Ttl | None = None,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        endpoint: str | None = None,
+        api_key: str | None = None,
+        request_id: str | None = None,
+        timeout: float | None = 120.0,  # noqa: ASYNC109 (the call's deadline)
+    ) -> AsyncSandbox:
+        """See :meth:`Sandbox.create` (same arguments and units)."""
+        config = ClientConfig.resolve(endpoint, api_key)
+        request = _requests.create_request(
+            image, cpu, memory, network, ttl, labels, env, request_id
+        )
+        with translate_errors():
+            msg = await _control(config).CreateSandbox(
+                request, metadata=api_metadata(config), timeout=timeout
+            )
+        return cls(msg, config)
+
+    @classmethod
+    async def connect(
+        cls, sandbox_id: str, endpoint: str | None = None, api_key: str | None = None
+    ) -> AsyncSandbox:
+        config = ClientConfig.resolve(endpoint, api_key)
+        with translate_errors():
+            msg = await _control(config).GetSandbox(
+                sandbox_pb2.GetSandboxRequest(id=sandbox_id), metadata=api_metadata(config)
+            )
+        return cls(msg, config)
+
+    @staticmethod
+    async def list(
+        labels: Mapping[str, str] | None = None,
+        endpoint: str | None = None,
+        api_key: str | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        config = ClientConfig.resolve(endpoint, api_key)
+        with translate_errors():
+            resp = await _control(config).ListSandboxes(
+                sandbox_pb2.ListSandboxesRequest(labels=dict(labels or {})),
+                metadata=api_metadata(config),
+            )
+        return [sandbox_info(s) for s in resp.sandboxes]
+
+    @staticmethod
+    async def images(
+        endpoint: str | None = None, api_key: str | None = None
+    ) -> builtins.list[ImageInfo]:
+        config = ClientConfig.resolve(endpoint, api_key)
+        with translate_errors():
+            resp = await _control(config).ListImages(
+                sandbox_pb2.ListImagesRequest(), metadata=api_metadata(config)
+            )
+        return [image_info(i) for i in resp.images]
+
+    @staticmethod
+    async def delete_by_id(
+        sandbox_id: str, endpoint: str | None = None, api_key: str | None = None
+    ) -> None:
+        config = ClientConfig.resolve(endpoint, api_key)
+        with translate_errors():
+            await _control(config).DeleteSandbox(
+                sandbox_pb2.DeleteSandboxRequest(id=sandbox_id), metadata=api_metadata(config)
+            )
+
+    async def info(self) -> SandboxInfo:
+        with translate_errors():
+            msg = await _control(self.config).GetSandbox(
+                self._get_request(), metadata=api_metadata(self.config)
+            )
+        self._remember(msg)
+        return self._info
+
+    async def delete(self) -> None:
+        await self.delete_by_id(self.id, self.config.endpoint, self.config.api_key)
+        self._deleted = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._deleted:
+            with contextlib.suppress(SandboxNotFoundError):
+                await self.delete()
+
+    # ---- data plane ---------------------------------------------------------
+
+    async def _executor(self) -> tuple[executor_pb2_grpc.ExecutorServiceAsyncStub, ExecutorAccess]:
+        access = self._usable_access()
+        if access is None:
+            with translate_errors():
+                msg = await _control(self.config).GetExecutorAccess(
+                    self._get_request(), metadata=api_metadata(self.config)
+                )
+            access = self._set_access(msg)
+        stub = executor_pb2_grpc.ExecutorServiceStub(async_channel(access.address))
+        return stub, access  # type: ignore[return-value]
+
+    async def exec(
+        self,
+        cmd: _requests.Command,
+        timeout: float | None = None,  # noqa: ASYNC109 (the command's own timeout)
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: _requests.Stdin = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        """See :meth:`Sandbox.exec`."""
+        start = self._start(cmd, timeout, cwd, env, user)
+        stub, access = await self._executor()
+        with translate_errors():
+            resp = await stub.Run(
+                _requests.run_request(start, stdin),
+                metadata=access.metadata,
+                timeout=call_deadline(timeout),
+            )
+        return exec_result(resp)
+
+    async def exec_stream(
+        self,
+        cmd: _requests.Command,
+        timeout: float | None = None,  # noqa: ASYNC109 (the command's own timeout)
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: AsyncIterable[bytes] | Iterable[bytes] | bytes | str | None = None,
+        user: str | None = None,
+    ) -> AsyncIterator[ExecEvent]:
+        """See :meth:`Sandbox.exec_stream`; ``stdin`` may also be an async iterable."""
+        start = self._start(cmd, timeout, cwd, env, user, stdin=stdin is not None)
+        stub, access = await self._executor()
+        call = stub.Exec(_exec_requests(start, stdin), metadata=access.metadata)
+        try:
+            with translate_errors():
+                async for msg in call:
+                    event = exec_event(msg)
+                    if event is not None:
+                        yield event
+        finally:
+            call.cancel()  # type: ignore[no-untyped-call]
+
+    async def session(
+        self, cwd: str | None = None, env: Mapping[str, str] | None = None, user: str | None = None
+    ) -> AsyncSession:
+        stub, access = await self._executor()
+        with translate_errors():
+            msg = await stub.CreateSession(
+                self._create_session_request(cwd, env, user), metadata=access.metadata
+            )
+        return AsyncSession(self, msg.session_id)
+
+    async def write_file(
+        self,
+        path: str,
+        data: _requests.FileData,
+        mode: int | None = None,
+        make_parents: bool = True,
+    ) -> int:
+        requests = _requests.write_requests(
+            self.id, _requests.check_remote_path(path), data, mode, make_parents
+        )
+        stub, access = await self._executor()
+        with translate_errors():
+            resp = await stub.WriteFile(_in_thread_requests(requests), metadata=access.metadata)
+        return resp.size
+
+    async def iter_file(self, path: str) -> AsyncIterator[bytes]:
+        request = self._read_request(path)
+        stub, access = await self._executor()
+        with translate_errors():
+            async for chunk in stub.ReadFile(request, metadata=access.metadata):
+                if chunk.data:
+                    yield chunk.data
+
+    async def read_file(self, path: str) -> bytes:
+        return b"".join([c async for c in self.iter_file(path)])
+
+    async def download_file(self, path: str, local_path: str | os.PathLike[str]) -> int:
+        written = 0
+        f = await asyncio.to_thread(open, local_path, "wb")
+        try:
+            async for chunk in self.iter_file(path):
+                await asyncio.to_thread(f.write, chunk)
+                written += len(chunk)
+        finally:
+            await asyncio.to_thread(f.close)
+        return written
+
+    async def upload(self, local_dir: str | os.PathLike[str], remote_dir: str) -> tuple[int, int]:
+        chunks = _tar.tar_stream(_tar.checked_local_dir(local_dir))
+        requests = _requests.upload_requests(
+            self.id, _requests.check_remote_path(remote_dir, "remote_dir"), chunks
+        )
+        stub, access = await self._executor()
+        with translate_errors():
+            resp = await stub.Upload(_in_thread_requests(requests), metadata=access.metadata)
+        return resp.files, resp.bytes
+
+    async def download(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> int:
+        """See :meth:`Sandbox.download`; extraction runs in a worker thread fed chunk by chunk."""
+        request = self._download_request(remote_dir)
+        stub, access = await self._executor()
+        handoff: queue.Queue[object] = queue.Queue(maxsize=8)
+        stopped = threading.Event()
+
+        def chunks() -> Iterator[bytes]:
+            while (item := handoff.get()) is not _END:
+                assert isinstance(item, bytes)
+                yield item
+
+        def extract() -> int:
+            try:
+                return _tar.extract_stream(chunks(), local_dir)
+            finally:
+                stopped.set()
+
+        def put(item: object) -> None:
+            # Bounded hand-off (backpressure) that gives up once the extractor has stopped.
+            while not stopped.is_set():
+                try:
+                    handoff.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+
+        extractor = asyncio.ensure_future(asyncio.to_thread(extract))
+        call = stub.Download(request, metadata=access.metadata)
+        try:
+            with translate_errors():
+                async for msg in call:
+                    if stopped.is_set():
+                        break  # the archive ended, or extraction failed (raised below)
+                    await asyncio.to_thread(put, msg.data)
+        finally:
+            call.cancel()  # type: ignore[no-untyped-call]
+            await asyncio.to_thread(put, _END)
+        return await extractor
+
+
+async def _in_thread_requests(requests: Iterator[R]) -> AsyncIterator[R]:
+    """Produce a request stream whose building reads the disk, off the event loop."""
+    while True:
+        item = await asyncio.to_thread(next, requests, _END)
+        if item is _END:
+            return
+        yield item  # type: ignore[misc]
+
+
+async def _exec_requests(
+    start: executor_pb2.ExecStart,
+    stdin: AsyncIterable[bytes] | Iterable[bytes] | bytes | str | None,
+) -> AsyncIterator[executor_pb2.ExecRequest]:
+    yield executor_pb2.ExecRequest(start=start)
+    if stdin is None:
+        return
+    if isinstance(stdin, (bytes, str)):
+        stdin = [_requests.as_bytes(stdin)]
+    if isinstance(stdin, AsyncIterable):
+        async for chunk in stdin:
+            yield executor_pb2.ExecRequest(stdin=_requests.as_bytes(chunk))
+    else:
+        for chunk in stdin:
+            yield executor_pb2.ExecRequest(stdin=_requests.as_bytes(chunk))
+    yield executor_pb2.ExecRequest(close_stdin=True)
+
+
+class AsyncSession:
+    """See :class:`Session`."""
+
+    def __init__(self, sandbox: AsyncSandbox, session_id: str) -> None:
+        self.sandbox = sandbox
+        self.id = session_id
+
+    async def run(self, command: str, timeout: float | None = None) -> ExecResult:  # noqa: ASYNC109
+        stub, access = await self.sandbox._executor()
+        request = session_run_request(self.sandbox.id, self.id, command, timeout)
+        with translate_errors():
+            resp = await stub.SessionRun(
+                request, metadata=access.metadata, timeout=call_deadline(timeout)
+            )
+        return exec_result(resp)
+
+    async def interrupt(self) -> None:
+        stub, access = await self.sandbox._executor()
+        with translate_errors():
+            await stub.InterruptSession(
+                session_ref(self.sandbox.id, self.id), metadata=access.metadata
+            )
+
+    async def close(self) -> None:
+        stub, access = await self.sandbox._executor()
+        with translate_errors():
+            await stub.CloseSession(session_ref(self.sandbox.id, self.id), metadata=access.metadata)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

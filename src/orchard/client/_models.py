@@ -1,0 +1,160 @@
+"""What the SDK returns: small frozen dataclasses built from proto messages."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Literal
+
+from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
+
+SandboxState = Literal["pending", "ready", "deleting", "deleted", "failed", "unknown"]
+
+
+@dataclass(frozen=True)
+class ExecStatus:
+    """How a command ended."""
+
+    exit_code: int
+    """Exit code; -1 when killed by a signal."""
+    signal: int = 0
+    timed_out: bool = False
+    oom_killed: bool = False
+    truncated: bool = False
+    """Some output was dropped past the output cap."""
+    duration_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """A finished command. ``stdout``/``stderr`` are bytes; ``*_text`` decode them as UTF-8."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    status: ExecStatus
+
+    @property
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", errors="replace")
+
+    @property
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", errors="replace")
+
+    @property
+    def ok(self) -> bool:
+        return self.status.ok
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status.timed_out
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """Output from ``exec_stream`` as it comes."""
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+ExecEvent = OutputChunk | ExecStatus
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    name: str
+    size_bytes: int
+    layers: int
+    is_default: bool
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A sandbox as the control plane describes it."""
+
+    id: str
+    state: SandboxState
+    image: str
+    cpu: float
+    """Cores."""
+    memory_bytes: int
+    pids: int
+    state_reason: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    created_at: dt.datetime | None = None
+    expires_at: dt.datetime | None = None
+    tenant: str = ""
+
+
+_STATES: dict[int, SandboxState] = {
+    sandbox_pb2.PENDING: "pending",
+    sandbox_pb2.READY: "ready",
+    sandbox_pb2.DELETING: "deleting",
+    sandbox_pb2.DELETED: "deleted",
+    sandbox_pb2.FAILED: "failed",
+}
+
+
+def _time(ts: object) -> dt.datetime | None:
+    seconds = getattr(ts, "seconds", 0)
+    nanos = getattr(ts, "nanos", 0)
+    if not seconds and not nanos:
+        return None
+    return dt.datetime.fromtimestamp(seconds + nanos / 1e9, tz=dt.UTC)
+
+
+def sandbox_info(msg: sandbox_pb2.Sandbox) -> SandboxInfo:
+    return SandboxInfo(
+        id=msg.id,
+        state=_STATES.get(msg.state, "unknown"),
+        image=msg.image,
+        cpu=msg.resources.cpu_millis / 1000,
+        memory_bytes=msg.resources.memory_bytes,
+        pids=msg.resources.pids,
+        state_reason=msg.state_reason,
+        labels=dict(msg.labels),
+        created_at=_time(msg.created_at),
+        expires_at=_time(msg.expires_at),
+        tenant=msg.tenant,
+    )
+
+
+def image_info(msg: sandbox_pb2.Image) -> ImageInfo:
+    return ImageInfo(
+        name=msg.name, size_bytes=msg.size_bytes, layers=msg.layers, is_default=msg.is_default
+    )
+
+
+def exec_status(msg: executor_pb2.ExecStatus) -> ExecStatus:
+    return ExecStatus(
+        exit_code=msg.exit_code,
+        signal=msg.signal,
+        timed_out=msg.timed_out,
+        oom_killed=msg.oom_killed,
+        truncated=msg.truncated or msg.stdout_truncated or msg.stderr_truncated,
+        duration_seconds=msg.duration_seconds,
+    )
+
+
+def exec_result(msg: executor_pb2.RunResponse) -> ExecResult:
+    status = exec_status(msg.status)
+    return ExecResult(
+        exit_code=status.exit_code, stdout=msg.stdout, stderr=msg.stderr, status=status
+    )
+
+
+def exec_event(msg: executor_pb2.ExecEvent) -> ExecEvent | None:
+    kind = msg.WhichOneof("kind")
+    if kind == "stdout":
+        return OutputChunk("stdout", msg.stdout)
+    if kind == "stderr":
+        return OutputChunk("stderr", msg.stderr)
+    if kind == "exit":
+        return exec_status(msg.exit)
+    return None

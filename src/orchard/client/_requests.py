@@ -1,0 +1,159 @@
+"""Building request messages (pure functions shared by the sync and async faces)."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import BinaryIO
+
+from orchard._proto.orchard.v1 import common_pb2, executor_pb2, sandbox_pb2
+
+from . import _values
+from ._errors import InvalidRequestError
+
+CHUNK_BYTES = 256 * 1024
+"""Size of file and tar chunks on the wire (well under gRPC's 4 MiB message cap)."""
+
+Command = str | Sequence[str]
+Stdin = bytes | str | None
+FileData = bytes | str | BinaryIO
+
+
+def create_request(
+    image: str | None = None,
+    cpu: _values.Cpu | None = None,
+    memory: _values.Memory | None = None,
+    network: str | None = None,
+    ttl: _values.Ttl | None = None,
+    labels: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    request_id: str | None = None,
+    pids: int | None = None,
+) -> sandbox_pb2.CreateSandboxRequest:
+    return sandbox_pb2.CreateSandboxRequest(
+        image=image or "",
+        resources=common_pb2.Resources(
+            cpu_millis=_values.cpu_millis(cpu),
+            memory_bytes=_values.memory_bytes(memory),
+            pids=pids or 0,
+        ),
+        network=_values.network_policy(network),
+        ttl_seconds=_values.ttl_seconds(ttl),
+        labels=dict(labels or {}),
+        env=dict(env or {}),
+        request_id=request_id or "",
+    )
+
+
+def exec_start(
+    sandbox_id: str,
+    cmd: Command,
+    *,
+    timeout: float | None = None,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    user: str | None = None,
+    stdin: bool = False,
+    max_output_bytes: int | None = None,
+) -> executor_pb2.ExecStart:
+    """A str ``cmd`` runs through ``/bin/sh -c``; a sequence runs as an argv (PATH lookup)."""
+    if isinstance(cmd, str):
+        if not cmd.strip():
+            raise InvalidRequestError("cmd: empty command")
+        argv: list[str] = []
+        shell = cmd
+    else:
+        argv = [str(a) for a in cmd]
+        shell = ""
+        if not argv:
+            raise InvalidRequestError("cmd: empty argument list")
+    if timeout is not None and timeout <= 0:
+        raise InvalidRequestError(f"timeout: must be positive seconds (got {timeout})")
+    return executor_pb2.ExecStart(
+        sandbox_id=sandbox_id,
+        argv=argv,
+        shell=shell,
+        cwd=cwd or "",
+        env=dict(env or {}),
+        user=user or "",
+        timeout_seconds=timeout or 0.0,
+        max_output_bytes=max_output_bytes or 0,
+        stdin=stdin,
+    )
+
+
+def as_bytes(data: bytes | str) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+def run_request(start: executor_pb2.ExecStart, stdin: Stdin) -> executor_pb2.RunRequest:
+    return executor_pb2.RunRequest(start=start, stdin=as_bytes(stdin) if stdin is not None else b"")
+
+
+def exec_requests(
+    start: executor_pb2.ExecStart, stdin: Iterable[bytes] | None
+) -> Iterator[executor_pb2.ExecRequest]:
+    """The bidi Exec request stream: start, stdin chunks, close."""
+    yield executor_pb2.ExecRequest(start=start)
+    if stdin is not None:
+        for chunk in stdin:
+            for piece in _split(as_bytes(chunk)):
+                yield executor_pb2.ExecRequest(stdin=piece)
+        yield executor_pb2.ExecRequest(close_stdin=True)
+
+
+def _split(data: bytes) -> Iterator[bytes]:
+    for i in range(0, len(data), CHUNK_BYTES):
+        yield data[i : i + CHUNK_BYTES]
+
+
+def file_chunks(data: FileData) -> Iterator[bytes]:
+    """Chunks of ``data`` (bytes, text or a binary file object read as it goes)."""
+    if isinstance(data, (bytes, str)):
+        raw = as_bytes(data)
+        if not raw:
+            return
+        yield from _split(raw)
+        return
+    if isinstance(data, io.TextIOBase):
+        raise InvalidRequestError("data: open the file in binary mode ('rb')")
+    while True:
+        chunk = data.read(CHUNK_BYTES)
+        if not chunk:
+            return
+        yield chunk
+
+
+def write_requests(
+    sandbox_id: str, path: str, data: FileData, mode: int | None, make_parents: bool
+) -> Iterator[executor_pb2.WriteFileRequest]:
+    yield executor_pb2.WriteFileRequest(
+        header=executor_pb2.WriteFileHeader(
+            sandbox_id=sandbox_id, path=path, mode=mode or 0, make_parents=make_parents
+        )
+    )
+    for chunk in file_chunks(data):
+        yield executor_pb2.WriteFileRequest(data=chunk)
+
+
+def upload_requests(
+    sandbox_id: str, remote_dir: str, tar_chunks: Iterable[bytes]
+) -> Iterator[executor_pb2.UploadRequest]:
+    yield executor_pb2.UploadRequest(
+        header=executor_pb2.UploadHeader(sandbox_id=sandbox_id, path=remote_dir)
+    )
+    for chunk in tar_chunks:
+        yield executor_pb2.UploadRequest(data=chunk)
+
+
+def check_remote_path(path: str, what: str = "path") -> str:
+    if not path:
+        raise InvalidRequestError(f"{what}: empty path")
+    if "\x00" in path:
+        raise InvalidRequestError(f"{what}: contains a NUL byte")
+    return path
+
+
+def local_path(path: str | os.PathLike[str]) -> str:
+    return os.fspath(path)
