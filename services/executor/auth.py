@@ -1,0 +1,53 @@
+"""The per-call check: a valid sandbox id and a token for exactly that sandbox.
+
+The id is checked first (it becomes part of a path), then the token, and
+only then is the sandbox looked up, so a caller without a token cannot even
+learn which sandboxes exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from orchard.common.errors import ServiceError, unauthenticated
+from orchard.common.tokens import TokenError, TokenSigner
+
+from .sandboxes import check_sandbox_id
+
+MAX_TOKEN_CHARS = 1024
+
+
+def bearer_token(metadata: Iterable[Any] | None) -> str | None:
+    """The token of the ``authorization: Bearer <token>`` entry, if any."""
+    for key, value in metadata or ():
+        if key == "authorization":
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            scheme, _, token = text.partition(" ")
+            if scheme.lower() == "bearer" and token:
+                return token.strip()
+            return None
+    return None
+
+
+class CallAuthorizer:
+    """Checks a call's sandbox id and token."""
+
+    def __init__(self, signer: TokenSigner) -> None:
+        self._signer = signer
+
+    def check(self, sandbox_id: str, metadata: Iterable[Any] | None) -> None:
+        check_sandbox_id(sandbox_id)
+        token = bearer_token(metadata)
+        if token is None:
+            raise _token_invalid("missing 'authorization: Bearer <token>' metadata")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise _token_invalid("token is too long")
+        try:
+            self._signer.verify(token, sandbox_id)
+        except TokenError as exc:
+            raise _token_invalid(str(exc)) from None
+
+
+def _token_invalid(message: str) -> ServiceError:
+    return unauthenticated(f"sandbox token refused: {message}", "TOKEN_INVALID")

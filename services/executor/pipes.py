@@ -1,0 +1,140 @@
+"""Reading a command's output pipes and feeding its stdin, on the event loop.
+
+:class:`OutputPipe` reads one pipe with ``loop.add_reader`` and keeps at most
+``limit`` bytes: past the cap it keeps reading and discarding, so a command
+that floods its output never blocks on a full pipe (it would otherwise never
+exit). :class:`InputPipe` writes stdin without blocking the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+
+READ_SIZE = 256 * 1024
+# Reads per readiness callback: enough to empty a full pipe, bounded so one
+# flooding command cannot starve the loop.
+READS_PER_WAKEUP = 4
+
+
+class OutputPipe:
+    """One output stream of a command, read until EOF or :meth:`close`.
+
+    With ``on_data`` set every kept chunk goes to it (streaming); otherwise the
+    chunks are collected for :meth:`data`.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fd: int,
+        limit: int,
+        on_data: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._fd: int | None = fd
+        self._remaining = limit
+        self._on_data = on_data
+        self._chunks: list[bytes] = []
+        self.truncated = False
+        self.eof: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                data = os.read(fd, READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close()
+                return
+            self._keep(data)
+            if len(data) < READ_SIZE:
+                return
+
+    def _keep(self, data: bytes) -> None:
+        if self._remaining <= 0:
+            self.truncated = True
+            return
+        if len(data) > self._remaining:
+            data = data[: self._remaining]
+            self.truncated = True
+        self._remaining -= len(data)
+        if self._on_data is not None:
+            self._on_data(data)
+        else:
+            self._chunks.append(data)
+
+    def data(self) -> bytes:
+        if len(self._chunks) == 1:
+            return self._chunks[0]
+        return b"".join(self._chunks)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def close(self) -> None:
+        """Stop reading (EOF, or giving up on a pipe a background job holds)."""
+        fd = self._fd
+        if fd is None:
+            return
+        self._fd = None
+        self._loop.remove_reader(fd)
+        os.close(fd)
+        if not self.eof.done():
+            self.eof.set_result(None)
+
+
+class InputPipe:
+    """A command's stdin: writes wait for room in the pipe, never the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self._loop = loop
+        self._fd: int | None = fd
+        self.broken = False
+
+    async def write(self, data: bytes) -> None:
+        """Write all of ``data``; silently dropped once the reader has gone."""
+        view = memoryview(data)
+        while view and self._fd is not None and not self.broken:
+            try:
+                n = os.write(self._fd, view)
+            except (BlockingIOError, InterruptedError):
+                await self._writable()
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                self.broken = True
+                return
+            view = view[n:]
+
+    async def _writable(self) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        fut: asyncio.Future[None] = self._loop.create_future()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self._loop.add_writer(fd, ready)
+        try:
+            await fut
+        finally:
+            self._loop.remove_writer(fd)
+
+    def close(self) -> None:
+        fd = self._fd
+        if fd is not None:
+            self._fd = None
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,266 @@
+"""The node executor's gRPC service: ExecutorService on grpc.aio.
+
+Each method checks the call (sandbox id, token, sandbox exists), validates
+its fields, and hands the work to the exec engine (:mod:`commands`), the
+session table (:mod:`sessions`) or the file service. Errors travel as
+:class:`ServiceError` and become statuses in :mod:`rpc_errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import structlog
+
+from orchard._proto.orchard.v1 import executor_pb2 as pb
+from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
+from orchard.common.errors import invalid
+from orchard.common.tokens import TokenSigner, load_or_create_key
+
+from .auth import CallAuthorizer
+from .commands import (
+    ExecStream,
+    OutputLimits,
+    check_command_fields,
+    check_cwd,
+    check_env,
+    check_timeout,
+    prepare_exec,
+    run_exec,
+)
+from .files import SandboxFiles
+from .rpc_errors import streaming, unary
+from .sandboxes import Sandbox, SandboxDirectory
+from .sessions import SessionTable, check_session_command
+from .settings import ExecutorSettings
+
+log = structlog.get_logger("orchard.executor")
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
+    """ExecutorService: exec, sessions (and files, through the file service)."""
+
+    def __init__(self, settings: ExecutorSettings, signer: TokenSigner) -> None:
+        self._authorizer = CallAuthorizer(signer)
+        self._sandboxes = SandboxDirectory(settings.layout)
+        self._limits = OutputLimits(settings.max_output_bytes, settings.output_bytes_ceiling)
+        self.sessions = SessionTable()
+
+    def _sandbox(self, sandbox_id: str, context: Context) -> Sandbox:
+        self._authorizer.check(sandbox_id, context.invocation_metadata())
+        return self._sandboxes.get(sandbox_id)
+
+    # ------------------------------------------------------------------ exec
+
+    @unary
+    async def Run(self, request: pb.RunRequest, context: Context) -> pb.RunResponse:
+        start = request.start
+        sandbox = self._sandbox(start.sandbox_id, context)
+        check_command_fields(start)
+        prepared = await prepare_exec(sandbox, start, self._limits, stdin=bool(request.stdin))
+        return await run_exec(prepared, request.stdin)
+
+    @streaming
+    async def Exec(
+        self, request_iterator: AsyncIterator[pb.ExecRequest], context: Context
+    ) -> AsyncIterator[pb.ExecEvent]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("kind") != "start":
+            raise invalid("the first ExecRequest must be `start`")
+        start = first.start
+        sandbox = self._sandbox(start.sandbox_id, context)
+        check_command_fields(start)
+        prepared = await prepare_exec(sandbox, start, self._limits, stdin=start.stdin)
+        stream = ExecStream(prepared)
+        pump: asyncio.Task[None] | None = None
+        try:
+            await stream.start()
+            pump = asyncio.create_task(_pump_requests(request_iterator, stream))
+            while (event := await stream.next_event()) is not None:
+                yield event
+        finally:
+            if pump is not None:
+                pump.cancel()
+            stream.close()
+
+    # -------------------------------------------------------------- sessions
+
+    @unary
+    async def CreateSession(self, request: pb.CreateSessionRequest, context: Context) -> pb.Session:
+        sandbox = self._sandbox(request.sandbox_id, context)
+        check_env(request.env)
+        check_cwd(request.cwd)
+        start = pb.ExecStart(
+            sandbox_id=request.sandbox_id,
+            argv=["bash"],
+            cwd=request.cwd,
+            env=dict(request.env),
+            user=request.user,
+        )
+        prepared = await prepare_exec(sandbox, start, self._limits, stdin=False)
+        session = await self.sessions.create(prepared)
+        log.info("session created", sandbox_id=request.sandbox_id, session_id=session.session_id)
+        return pb.Session(sandbox_id=request.sandbox_id, session_id=session.session_id)
+
+    @unary
+    async def SessionRun(self, request: pb.SessionRunRequest, context: Context) -> pb.RunResponse:
+        self._sandbox(request.sandbox_id, context)
+        check_session_command(request.command)
+        check_timeout(request.timeout_seconds)
+        limit = self._limits.for_request(request.max_output_bytes)
+        session = self.sessions.get(request.sandbox_id, request.session_id)
+        return await session.run(request.command, request.timeout_seconds, limit)
+
+    @unary
+    async def InterruptSession(
+        self, request: pb.SessionRef, context: Context
+    ) -> pb.InterruptSessionResponse:
+        self._sandbox(request.sandbox_id, context)
+        self.sessions.get(request.sandbox_id, request.session_id).interrupt()
+        return pb.InterruptSessionResponse()
+
+    @unary
+    async def CloseSession(
+        self, request: pb.SessionRef, context: Context
+    ) -> pb.CloseSessionResponse:
+        self._sandbox(request.sandbox_id, context)
+        self.sessions.close(request.sandbox_id, request.session_id)
+        log.info("session closed", sandbox_id=request.sandbox_id, session_id=request.session_id)
+        return pb.CloseSessionResponse()
+
+    # ----------------------------------------------------------------- files
+
+    @streaming
+    async def ReadFile(
+        self, request: pb.ReadFileRequest, context: Context
+    ) -> AsyncIterator[pb.FileChunk]:
+        sandbox = self._sandbox(request.sandbox_id, context)
+        async for chunk in SandboxFiles(sandbox.layout.rootfs).read_file(request.path):
+            yield chunk
+
+    @unary
+    async def WriteFile(
+        self, request_iterator: AsyncIterator[pb.WriteFileRequest], context: Context
+    ) -> pb.WriteFileResponse:
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is None or first.WhichOneof("kind") != "header":
+            raise invalid("the first WriteFileRequest must be `header`")
+        header = first.header
+        sandbox = self._sandbox(header.sandbox_id, context)
+        files = SandboxFiles(sandbox.layout.rootfs)
+        size = await files.write_file(
+            header.path,
+            header.mode,
+            header.make_parents,
+            _data_chunks(requests, "WriteFileRequest"),
+        )
+        return pb.WriteFileResponse(size=size)
+
+    @unary
+    async def Upload(
+        self, request_iterator: AsyncIterator[pb.UploadRequest], context: Context
+    ) -> pb.UploadResponse:
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        if first is None or first.WhichOneof("kind") != "header":
+            raise invalid("the first UploadRequest must be `header`")
+        header = first.header
+        sandbox = self._sandbox(header.sandbox_id, context)
+        files = SandboxFiles(sandbox.layout.rootfs)
+        count, size = await files.upload(header.path, _data_chunks(requests, "UploadRequest"))
+        return pb.UploadResponse(files=count, bytes=size)
+
+    @streaming
+    async def Download(
+        self, request: pb.DownloadRequest, context: Context
+    ) -> AsyncIterator[pb.TarChunk]:
+        sandbox = self._sandbox(request.sandbox_id, context)
+        async for data in SandboxFiles(sandbox.layout.rootfs).download(request.path):
+            yield pb.TarChunk(data=data)
+
+
+async def _data_chunks(
+    requests: AsyncIterator[pb.WriteFileRequest] | AsyncIterator[pb.UploadRequest], what: str
+) -> AsyncIterator[bytes]:
+    """The ``data`` of every message after the header."""
+    async for request in requests:
+        if request.WhichOneof("kind") != "data":
+            raise invalid(f"only the first {what} may be `header`")
+        yield request.data
+
+
+async def _pump_requests(requests: AsyncIterator[pb.ExecRequest], stream: ExecStream) -> None:
+    """Feed stdin chunks, close_stdin and signals from the client to the command."""
+    try:
+        async for request in requests:
+            kind = request.WhichOneof("kind")
+            if kind == "stdin":
+                await stream.write_stdin(request.stdin)
+            elif kind == "close_stdin":
+                stream.close_stdin()
+            elif kind == "signal":
+                stream.signal(request.signal)
+            else:
+                raise invalid("`start` may only be the first ExecRequest")
+        # The client half-closed: no more stdin either.
+        stream.close_stdin()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a bad message or a broken stream ends the exec
+        stream.fail(exc)
+
+
+def server_options(settings: ExecutorSettings) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+async def start_server(settings: ExecutorSettings) -> tuple[grpc.aio.Server, str, ExecutorServicer]:
+    """Start serving; returns the server, its bound address and the servicer."""
+    signer = TokenSigner(load_or_create_key(settings.token_key_path))
+    servicer = ExecutorServicer(settings, signer)
+    server = grpc.aio.server(options=server_options(settings))
+    pb_grpc.add_ExecutorServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        raise OSError(f"could not listen on {settings.listen}")
+    host = settings.listen.rsplit(":", 1)[0]
+    address = f"{host}:{port}"
+    await server.start()
+    _write_address(settings, address)
+    log.info("executor listening", address=address, home=str(settings.home))
+    return server, address, servicer
+
+
+def _write_address(settings: ExecutorSettings, address: str) -> None:
+    path = settings.address_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(address + "\n")
+    os.replace(tmp, path)
+
+
+async def serve(settings: ExecutorSettings, stop: asyncio.Event) -> None:
+    """Serve until ``stop`` is set, then shut down gracefully."""
+    server, address, servicer = await start_server(settings)
+    print(address, flush=True)
+    try:
+        await stop.wait()
+    finally:
+        servicer.sessions.close_all()
+        await server.stop(settings.shutdown_grace_seconds)
+        with contextlib.suppress(OSError):
+            if settings.address_file.read_text().strip() == address:
+                settings.address_file.unlink()
+        log.info("executor stopped", address=address)

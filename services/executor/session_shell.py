@@ -1,0 +1,120 @@
+"""The bash loop a persistent session runs, and how its output is cut.
+
+The session's shell reads NUL-terminated commands on fd 4 and ``eval``s each
+one at top level, so ``cd``, variables (even ``declare``), functions and
+``export`` persist. After each command it writes an end marker (a random
+per-session nonce) to stdout and to stderr, then the exit code, as
+``<decimal>\\0``, to fd 3. The eval'd command sees neither fd 3 nor fd 4
+(bash saves them close-on-exec while the redirection lasts) and has
+/dev/null as stdin.
+
+SIGINT (sent to the shell's process group by an interrupt) kills the
+foreground process; the shell's trap then abandons the rest of the command
+with ``continue 1000`` (back to the outer loop, out of any loops the command
+itself runs) and reports 130. A builtin loop inside a shell *function* is
+not abandoned; the per-command timeout then kills the session.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+# $1 is the marker. `continue 1000` resumes the outermost loop: ours.
+LOOP_SCRIPT = r"""
+__orchard_marker=$1
+__orchard_pending=0
+trap 'if [ "$__orchard_pending" = 1 ]; then __orchard_rc=130; continue 1000; fi' INT
+while :; do
+  if [ "$__orchard_pending" = 1 ]; then
+    __orchard_pending=0
+    printf '%s' "$__orchard_marker"
+    printf '%s' "$__orchard_marker" >&2
+    printf '%d\0' "$__orchard_rc" >&3
+  fi
+  IFS= read -r -d '' __orchard_cmd <&4
+  __orchard_read=$?
+  if [ "$__orchard_read" -ne 0 ]; then
+    [ "$__orchard_read" -gt 128 ] && continue
+    break
+  fi
+  __orchard_rc=130
+  __orchard_pending=1
+  eval "$__orchard_cmd" 3>&- 4>&- </dev/null
+  __orchard_rc=$?
+done
+"""
+
+
+def session_argv(marker: bytes) -> tuple[str, ...]:
+    return ("bash", "--noprofile", "--norc", "-c", LOOP_SCRIPT, "orchard-session", marker.decode())
+
+
+def new_marker() -> bytes:
+    """An end-of-output marker no command prints by accident."""
+    return f"\x1eorchard-end-{secrets.token_hex(16)}\x1e".encode()
+
+
+class MarkedStream:
+    """One of the session's output streams, cut into commands at the marker.
+
+    Output of the running command is kept up to its cap (the rest is counted
+    as truncated but still scanned for the marker). Output arriving between
+    commands (a background job) is kept, bounded, for the next command.
+    """
+
+    BACKLOG_BYTES = 1 << 20
+
+    def __init__(self, marker: bytes) -> None:
+        self._marker = marker
+        self._window = bytearray()
+        self._active = False
+        self._kept = bytearray()
+        self._limit = 0
+        self.truncated = False
+        self.found = False
+
+    def begin(self, limit: int) -> None:
+        self._active = True
+        self._kept = bytearray()
+        self._limit = limit
+        self.truncated = False
+        self.found = False
+        self._scan()
+
+    def feed(self, data: bytes) -> None:
+        self._window += data
+        self._scan()
+
+    def _scan(self) -> None:
+        if not self._active:
+            if len(self._window) > self.BACKLOG_BYTES:
+                del self._window[: len(self._window) - self.BACKLOG_BYTES]
+            return
+        index = self._window.find(self._marker)
+        if index < 0:
+            # Keep back what could be the start of a marker split across reads.
+            cut = len(self._window) - (len(self._marker) - 1)
+            if cut > 0:
+                self._keep(self._window[:cut])
+                del self._window[:cut]
+            return
+        self._keep(self._window[:index])
+        del self._window[: index + len(self._marker)]
+        self._active = False
+        self.found = True
+
+    def _keep(self, data: bytearray) -> None:
+        room = self._limit - len(self._kept)
+        if len(data) > room:
+            self.truncated = True
+            data = data[: max(room, 0)]
+        self._kept += data
+
+    def take(self) -> bytes:
+        """The command's output so far (all of it once ``found``)."""
+        if self._active:
+            # The command ended without a marker (the shell died): flush.
+            self._keep(self._window)
+            self._window.clear()
+            self._active = False
+        return bytes(self._kept)

@@ -1,0 +1,39 @@
+"""Settings of the node executor: a small frozen dataclass with defaults that work on one machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchard.common.layout import NodeLayout
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    home: Path
+    """Node home (layout.NodeLayout): sandboxes/, run/ and secrets/token.key live here."""
+    listen: str = "127.0.0.1:0"
+    """Where ExecutorService listens; port 0 picks a free one (see run/executor.addr)."""
+    max_output_bytes: int = 16 * MIB
+    """Per-stream output cap when a request says 0: keeps a flood from eating memory."""
+    output_bytes_ceiling: int = 256 * MIB
+    """The largest per-stream cap a request may ask for."""
+    max_receive_message_bytes: int = 64 * MIB
+    """Largest request message (a Run's whole stdin, a file chunk)."""
+    shutdown_grace_seconds: float = 5.0
+    """How long in-flight calls get to finish on shutdown."""
+
+    @property
+    def layout(self) -> NodeLayout:
+        return NodeLayout(self.home)
+
+    @property
+    def token_key_path(self) -> Path:
+        return self.layout.token_key
+
+    @property
+    def address_file(self) -> Path:
+        """Where the bound address is written once the server listens."""
+        return self.layout.run / "executor.addr"
