@@ -1,0 +1,32 @@
+"""The public names are a contract: adding one is a decision, removing one breaks users."""
+
+from __future__ import annotations
+
+import orchard
+import orchard.client
+
+EXPECTED = {
+    "AsyncSandbox", "AsyncSession", "AuthenticationError", "ClientConfig", "CommandStartError",
+    "ConfigurationError", "DeadlineExceededError", "ExecEvent", "ExecResult", "ExecStatus", "ImageInfo",
+    "ImageNotFoundError", "InfrastructureError", "InvalidRequestError", "OrchardError", "OutputChunk",
+    "PathError", "PathEscapeError", "PathNotFoundError", "PermissionDeniedError", "QuotaExceededError",
+    "Sandbox", "SandboxError", "SandboxInfo", "SandboxNotFoundError", "SandboxNotReadyError",
+    "ServiceUnavailableError", "Session", "SessionError",
+}  # fmt: skip
+
+
+def test_exported_names_are_pinned() -> None:
+    assert set(orchard.client.__all__) == EXPECTED
+    assert set(orchard.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert getattr(orchard, name) is getattr(orchard.client, name)
+
+
+def test_every_error_derives_from_the_root() -> None:
+    for name in EXPECTED:
+        obj = getattr(orchard, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, orchard.OrchardError), name
+    assert issubclass(orchard.DeadlineExceededError, TimeoutError)
+    assert issubclass(orchard.SandboxNotFoundError, orchard.SandboxError)
+    assert issubclass(orchard.PathEscapeError, orchard.PathError)
