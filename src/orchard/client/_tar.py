@@ -127,6 +127,8 @@ def extract_stream(chunks: Iterable[bytes], local_dir: str | os.PathLike[str]) -
                 if top is None and member.isdir():
                     top = member.name.rstrip("/") or "."
                     continue
+                if member.name.startswith("/"):
+                    raise PathEscapeError(f"refused archive member {member.name!r}: absolute path")
                 if top is not None and not _strip_top(member, top):
                     raise PathEscapeError(f"refused archive member {member.name!r}: outside {top!r}")
                 try:
