@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from orchard.common.layout import is_valid_sandbox_id
+from orchard.common.layout import SANDBOX_ID_RE
 
 # The only network mode the backends implement so far: a network namespace with
 # nothing but an UP loopback interface.
@@ -110,8 +110,17 @@ class Backend(Protocol):
         ...
 
 
+def valid_sandbox_id(sandbox_id: str) -> bool:
+    """``layout.SANDBOX_ID_RE`` over the whole string.
+
+    (``re.match`` with ``$`` also accepts a trailing newline, which must never
+    reach a path or a runc argument.)
+    """
+    return SANDBOX_ID_RE.fullmatch(sandbox_id) is not None
+
+
 def check_sandbox_id(sandbox_id: str) -> None:
-    if not is_valid_sandbox_id(sandbox_id):
+    if not valid_sandbox_id(sandbox_id):
         raise BackendError.invalid(f"invalid sandbox id {sandbox_id!r}")
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta, is_valid_sandbox_id
+from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta
 
 from ..base import (
     NETWORK_NONE,
@@ -39,6 +39,7 @@ from ..base import (
     ImageInfo,
     SandboxSpec,
     check_sandbox_id,
+    valid_sandbox_id,
 )
 from . import cgroups, init_socket, oci_config, overlay
 from .images import (
@@ -283,7 +284,7 @@ class LocalBackend:
         ids = set(self.runc.container_ids())
         with contextlib.suppress(FileNotFoundError):
             ids.update(entry.name for entry in os.scandir(self.layout.sandboxes))
-        return {sandbox_id for sandbox_id in ids if is_valid_sandbox_id(sandbox_id)}
+        return {sandbox_id for sandbox_id in ids if valid_sandbox_id(sandbox_id)}
 
     def _inspect_sync(self, sandbox_id: str) -> BackendSandbox | None:
         state = self.runc.state(sandbox_id)

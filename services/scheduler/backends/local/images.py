@@ -13,7 +13,10 @@ image is never visible. Sandboxes mount the layers read-only as overlayfs lower
 dirs: creating a sandbox copies no image data.
 
 Run ``python -m orchard.scheduler.backends.local.images build-default`` to build
-the default image (``debian:bookworm`` from Debian's packages with mmdebstrap).
+the default image (``debian:bookworm`` from Debian's packages with mmdebstrap),
+``... images import SOURCE NAME`` to import one (see ``image_import``), and
+``... images list``. The CLI can call :func:`build_default_image` and
+``image_import.import_image`` directly.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ STAGING_PREFIX = ".staging-"
 
 def normalize_image_name(name: str) -> str:
     """``name`` with a tag (``latest`` when it has none); refuses malformed names."""
-    if not IMAGE_NAME_RE.match(name):
+    if IMAGE_NAME_RE.fullmatch(name) is None:  # match() + $ would allow a trailing newline
         raise BackendError.invalid(f"invalid image name {name!r}", reason="INVALID_IMAGE")
     return name if ":" in name else f"{name}:latest"
 
@@ -298,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build-default", help="build the default image (cached)")
     build.add_argument("--images-dir", type=Path, default=None)
     build.add_argument("--mirror", default=DEFAULT_MIRROR)
+    importing = sub.add_parser(
+        "import", help="import a docker-save tar, an OCI layout (tar or folder) or a rootfs folder"
+    )
+    importing.add_argument("source", type=Path)
+    importing.add_argument("name")
+    importing.add_argument("--replace", action="store_true")
+    importing.add_argument("--images-dir", type=Path, default=None)
     listing = sub.add_parser("list", help="list the images in the store")
     listing.add_argument("--images-dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -309,6 +319,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{image.name}: {image.folder} ({image.size_bytes / 1e6:.0f} MB, "
             f"{time.monotonic() - started:.1f} s)"
         )
+        return 0
+    if args.command == "import":
+        from .image_import import import_image
+
+        image = import_image(args.source, args.name, images_dir, replace=args.replace)
+        print(f"{image.name}: {len(image.layers)} layers, {image.size_bytes} bytes")
         return 0
     for image in ImageStore(images_dir).list():
         print(f"{image.name}\t{len(image.layers)} layers\t{image.size_bytes} bytes")
