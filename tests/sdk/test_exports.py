@@ -7,7 +7,7 @@ import orchard.client
 
 EXPECTED = {
     "AsyncSandbox", "AsyncSession", "AuthenticationError", "ClientConfig", "CommandStartError",
-    "ConfigurationError", "DeadlineExceededError", "ExecEvent", "ExecResult", "ExecStatus", "ImageInfo",
+    "ConfigurationError", "DeadlineExceededError", "DownloadResult", "ExecEvent", "ExecResult", "ExecStatus", "ImageInfo",
     "ImageNotFoundError", "InfrastructureError", "InvalidRequestError", "OrchardError", "OutputChunk",
     "PathError", "PathEscapeError", "PathNotFoundError", "PermissionDeniedError", "QuotaExceededError",
     "Sandbox", "SandboxError", "SandboxInfo", "SandboxNotFoundError", "SandboxNotReadyError",

@@ -15,6 +15,7 @@ signal N killed it, 124 if it timed out (like GNU ``timeout``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -39,15 +40,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv``; for ``exec``, everything after the first ``--`` is the command, verbatim."""
+    if "--" in argv:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        if hasattr(args, "cmd"):
+            args.cmd = [*args.cmd, *argv[cut + 1 :]]
+            return args
+    return parser.parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(parser, argv)
     try:
         code: int = args.run(args)
+    except BrokenPipeError:
+        return _reader_went_away()
     except OrchardError as exc:
         print(f"orchard: {exc.message}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 130
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_went_away()
     return code
+
+
+def _reader_went_away() -> int:
+    """stdout's reader closed the pipe (``orchard ls | head``): not an error worth a traceback."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, as a shell pipeline reports it

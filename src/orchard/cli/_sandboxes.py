@@ -56,7 +56,7 @@ def register(commands: Any) -> None:
     p.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--user", help="user name or uid[:gid] in the sandbox")
     p.add_argument("-i", "--interactive", action="store_true", help="forward this process's stdin")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.add_argument("cmd", nargs="*", metavar="-- CMD ARGS", help="the command, after '--'")
     p.set_defaults(run=cmd_exec)
 
     p = commands.add_parser("cp", help="copy files or directories; ID:/path names a sandbox path")
@@ -118,8 +118,6 @@ def _stdin_chunks() -> Iterator[bytes]:
 
 def cmd_exec(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
     if not cmd:
         raise InvalidRequestError("exec: no command given (orchard exec ID -- CMD ARGS...)")
     sb = Sandbox.connect(args.id, args.endpoint, args.api_key)
@@ -186,7 +184,13 @@ def _copy_out(sb: Sandbox, remote: str, local: Path) -> None:
     except PathError as exc:
         if exc.reason != "IS_A_DIRECTORY":
             raise
-        sb.download(remote, local)
+        result = sb.download(remote, local)
+        if result.skipped_links:
+            print(
+                f"orchard: skipped {len(result.skipped_links)} link(s) pointing outside {local} "
+                f"(e.g. {result.skipped_links[0]})",
+                file=sys.stderr,
+            )
         return
     target = local / posixpath.basename(remote.rstrip("/")) if local.is_dir() else local
     with open(target, "wb") as f:

@@ -29,6 +29,7 @@ from ._errors import (
 )
 from ._models import ExecEvent, ExecResult, ExecStatus, ImageInfo, OutputChunk, SandboxInfo
 from ._sync import Sandbox, Session
+from ._tar import DownloadResult
 
 __all__ = [
     "AsyncSandbox",
@@ -38,6 +39,7 @@ __all__ = [
     "CommandStartError",
     "ConfigurationError",
     "DeadlineExceededError",
+    "DownloadResult",
     "ExecEvent",
     "ExecResult",
     "ExecStatus",

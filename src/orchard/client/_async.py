@@ -263,7 +263,9 @@ class AsyncSandbox(SandboxCore):
             resp = await stub.Upload(_in_thread_requests(requests), metadata=access.metadata)
         return resp.files, resp.bytes
 
-    async def download(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> int:
+    async def download(
+        self, remote_dir: str, local_dir: str | os.PathLike[str]
+    ) -> _tar.DownloadResult:
         """See :meth:`Sandbox.download`; extraction runs in a worker thread fed chunk by chunk."""
         request = self._download_request(remote_dir)
         stub, access = await self._executor()
@@ -275,7 +277,7 @@ class AsyncSandbox(SandboxCore):
                 assert isinstance(item, bytes)
                 yield item
 
-        def extract() -> int:
+        def extract() -> _tar.DownloadResult:
             try:
                 return _tar.extract_stream(chunks(), local_dir)
             finally:

@@ -277,10 +277,11 @@ class Sandbox(SandboxCore):
             resp = stub.Upload(requests, metadata=access.metadata)
         return resp.files, resp.bytes
 
-    def download(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> int:
-        """Copy a remote file or directory tree into ``local_dir``; returns members written.
+    def download(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> _tar.DownloadResult:
+        """Copy a remote directory's contents (or one file) into ``local_dir``.
 
-        Members that would land outside ``local_dir`` raise :class:`PathEscapeError`.
+        Members named outside ``local_dir`` raise :class:`PathEscapeError`; links
+        pointing outside it are skipped and listed in the result.
         """
         request = self._download_request(remote_dir)
         stub, access = self._executor()

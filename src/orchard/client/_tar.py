@@ -17,12 +17,21 @@ import io
 import os
 import tarfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ._errors import InvalidRequestError, PathEscapeError, PathNotFoundError
 from ._requests import CHUNK_BYTES
 
 _BLOCK = tarfile.BLOCKSIZE
+
+
+@dataclass(frozen=True)
+class DownloadResult:
+    members: int
+    """Files, directories and links written."""
+    skipped_links: tuple[str, ...] = ()
+    """Links not created because they point outside the target folder."""
 
 
 def checked_local_dir(local_dir: str | os.PathLike[str]) -> Path:
@@ -109,8 +118,13 @@ def _strip_top(member: tarfile.TarInfo, top: str) -> bool:
     return bool(member.name)
 
 
-def extract_stream(chunks: Iterable[bytes], local_dir: str | os.PathLike[str]) -> int:
-    """Extract a Download tar stream into ``local_dir`` safely; returns members written.
+def extract_stream(chunks: Iterable[bytes], local_dir: str | os.PathLike[str]) -> DownloadResult:
+    """Extract a Download tar stream into ``local_dir`` safely.
+
+    Names that would leave ``local_dir`` (absolute, ``..``) raise
+    :class:`PathEscapeError`. Links whose target lies outside ``local_dir``
+    (common: ``/etc`` is full of absolute symlinks) are not created, since a
+    later member could write through them; they are listed in the result.
 
     The executor names members after the downloaded path's last component
     (``/work`` -> ``work/``, ``work/a.py``). For a directory that top level is
@@ -120,6 +134,7 @@ def extract_stream(chunks: Iterable[bytes], local_dir: str | os.PathLike[str]) -
     dest = Path(local_dir)
     dest.mkdir(parents=True, exist_ok=True)
     count = 0
+    skipped: list[str] = []
     top: str | None = None
     try:
         with tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as archive:  # type: ignore[call-overload]
@@ -130,12 +145,19 @@ def extract_stream(chunks: Iterable[bytes], local_dir: str | os.PathLike[str]) -
                 if member.name.startswith("/"):
                     raise PathEscapeError(f"refused archive member {member.name!r}: absolute path")
                 if top is not None and not _strip_top(member, top):
-                    raise PathEscapeError(f"refused archive member {member.name!r}: outside {top!r}")
+                    raise PathEscapeError(
+                        f"refused archive member {member.name!r}: outside {top!r}"
+                    )
                 try:
                     archive.extract(member, dest, filter="data")
+                except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
+                    skipped.append(member.name)
+                    continue
                 except tarfile.FilterError as exc:
-                    raise PathEscapeError(f"refused archive member {member.name!r}: {exc}") from None
+                    raise PathEscapeError(
+                        f"refused archive member {member.name!r}: {exc}"
+                    ) from None
                 count += 1
     except tarfile.ReadError as exc:
         raise InvalidRequestError(f"the server sent a malformed tar stream: {exc}") from None
-    return count
+    return DownloadResult(count, tuple(skipped))
