@@ -21,7 +21,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -247,11 +247,11 @@ async def feed_thread(
     try:
         both: list[asyncio.Future[Any]] = [feeder, worker]
         await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
-        if not worker.done():
-            error = None if feeder.cancelled() else feeder.exception()
+        if feeder.done() and not feeder.cancelled() and feeder.exception() is not None:
+            # The client stream broke: that is the error to report, not the
+            # TransferAborted the worker raises once it sees the abort.
             await asyncio.wait({worker})
-            if error is not None:
-                raise error
+            raise cast(BaseException, feeder.exception())
         return await worker
     finally:
         if not feeder.done():
