@@ -284,7 +284,8 @@ class SessionTable:
             self.get(sandbox_id, session_id)  # raises the right error
             return
         session.close()
-        self._bury(session)
+        # Closed on request: later calls get SESSION_NOT_FOUND, not SESSION_DEAD.
+        self._live.pop(session_id, None)
 
     def _bury(self, session: ShellSession) -> None:
         self._live.pop(session.session_id, None)
