@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import structlog
@@ -62,6 +63,7 @@ class RunningScheduler:
     lifecycle: SandboxLifecycle
     reaper: TtlReaper
     store: SandboxStore
+    store_home: Path
 
     async def stop(self, settings: SchedulerSettings) -> None:
         await self.server.stop(settings.shutdown_grace_seconds)
@@ -70,6 +72,7 @@ class RunningScheduler:
             await self.lifecycle.delete_all("the scheduler shut down")
         await self.lifecycle.wait_idle()
         self.store.close()
+        (self.store_home / "run" / "scheduler.addr").unlink(missing_ok=True)
         log.info("scheduler stopped")
 
 
@@ -98,7 +101,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
         backend=settings.backend,
         executor=settings.executor_address,
     )
-    return RunningScheduler(address, server, lifecycle, reaper, store)
+    return RunningScheduler(address, server, lifecycle, reaper, store, settings.home)
 
 
 async def serve(settings: SchedulerSettings, on_ready: Callable[[str], None] = print) -> None:
