@@ -1,0 +1,62 @@
+"""The SDK's data plane (sync and async faces) against a real ``orchard up``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+import orchard
+from orchard import AsyncSandbox, ExecStatus, OutputChunk, Sandbox
+
+from .test_cli import Stack, stack  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.runc
+
+
+def test_sync_face(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
+    kw = {"endpoint": stack.endpoint, "api_key": (stack.home / "dev-api-key").read_text().strip()}
+    with Sandbox.create(cpu=0.5, memory="512Mi", ttl=600, **kw) as sb:
+        r = sb.exec("echo out; echo err >&2; exit 5", timeout=10)
+        assert (r.exit_code, r.stdout, r.stderr_text) == (5, b"out\n", "err\n")
+        assert sb.exec(["cat"], stdin="piped").stdout == b"piped"
+        events = list(sb.exec_stream(["sh", "-c", "echo a; echo b >&2"]))
+        assert OutputChunk("stdout", b"a\n") in events and isinstance(events[-1], ExecStatus)
+        assert sb.write_file("/work/x.bin", b"\0" * 1000) == 1000
+        assert sb.read_file("/work/x.bin") == b"\0" * 1000
+        with pytest.raises(orchard.PathNotFoundError):
+            sb.read_file("/work/missing")
+        with sb.session() as sh:
+            sh.run("cd /work && export X=7")
+            assert sh.run("pwd; echo $X").stdout_text == "/work\n7\n"
+        (tmp_path / "up").mkdir()
+        (tmp_path / "up" / "f").write_bytes(os.urandom(1 << 20))
+        sb.upload(tmp_path / "up", "/data")
+        result = sb.download("/data", tmp_path / "down")
+        assert (
+            result.members == 1
+            and (tmp_path / "down" / "f").read_bytes() == (tmp_path / "up" / "f").read_bytes()
+        )
+    assert Sandbox.connect(sb.id, **kw).last_info.state == "deleted"
+
+
+def test_async_face(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
+    kw = {"endpoint": stack.endpoint, "api_key": (stack.home / "dev-api-key").read_text().strip()}
+
+    async def scenario() -> None:
+        async with await AsyncSandbox.create(**kw) as sb:
+            results = await asyncio.gather(*(sb.exec(f"echo {i}") for i in range(5)))
+            assert [r.stdout_text for r in results] == [f"{i}\n" for i in range(5)]
+            chunks = [e async for e in sb.exec_stream("cat", stdin=b"hi")]
+            assert OutputChunk("stdout", b"hi") in chunks
+            await sb.write_file("/work/a.txt", "text")
+            assert await sb.read_file("/work/a.txt") == b"text"
+            session = await sb.session()
+            assert (await session.run("echo $((1+2))")).stdout == b"3\n"
+            await session.close()
+            result = await sb.download("/work", tmp_path / "w")
+            assert (tmp_path / "w" / "a.txt").read_text() == "text" and result.members == 1
+
+    asyncio.run(scenario())
