@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
+import shutil
 import stat
 import tarfile
 import tempfile
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from orchard.scheduler.backends import BackendError, SandboxSpec
-from orchard.scheduler.backends.local import overlay
+from orchard.scheduler.backends.local import images, overlay
 from orchard.scheduler.backends.local.backend import LocalBackend
 from orchard.scheduler.backends.local.image_import import import_image
 from orchard.scheduler.backends.local.images import (
@@ -57,8 +59,6 @@ def merged_view(layers: list[Path]) -> Iterator[Path]:
         yield scratch / "merged"
     finally:
         overlay.unmount_overlay(scratch / "merged")
-        import shutil
-
         shutil.rmtree(scratch)
 
 
@@ -146,7 +146,8 @@ def test_import_rootfs_folder(store_dir: Path, tmp_path: Path) -> None:
     (rootfs / "etc/owned").write_text("x")
     os.chown(rootfs / "etc/owned", 1234, 1234)
     os.symlink("motd", rootfs / "etc/motd-link")
-    image = import_image(rootfs, "plain", store_dir)
+    # Through the images module's entry point, the one the CLI calls.
+    image = images.import_image(store_dir, rootfs, "plain")
     assert image.name == "plain:latest" and image.layers == ["0"]
     layer = image.layer_paths[0]
     assert (layer / "etc/motd").read_text() == "hi\n"
@@ -156,8 +157,6 @@ def test_import_rootfs_folder(store_dir: Path, tmp_path: Path) -> None:
 
 
 def hostile_layer(kind: str, outside: Path) -> bytes:
-    import io
-
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
 

@@ -295,6 +295,19 @@ def build_default_image(
             raise
 
 
+def import_image(
+    images_dir: Path, source: Path, name: str, *, replace: bool = False
+) -> StoredImage:
+    """Import ``source`` into the store at ``images_dir`` as ``name`` (the CLI's entry point).
+
+    The work is done by ``image_import.import_image`` (docker-save tars, OCI
+    layouts, rootfs folders); this is the same call with the store first.
+    """
+    from .image_import import import_image as import_into_store
+
+    return import_into_store(source, name, images_dir, replace=replace)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchard.scheduler.backends.local.images")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -321,9 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.command == "import":
-        from .image_import import import_image
-
-        image = import_image(args.source, args.name, images_dir, replace=args.replace)
+        image = import_image(images_dir, args.source, args.name, replace=args.replace)
         print(f"{image.name}: {len(image.layers)} layers, {image.size_bytes} bytes")
         return 0
     for image in ImageStore(images_dir).list():
