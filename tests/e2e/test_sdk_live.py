@@ -17,8 +17,10 @@ pytestmark = pytest.mark.runc
 
 
 def test_sync_face(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
-    kw = {"endpoint": stack.endpoint, "api_key": (stack.home / "dev-api-key").read_text().strip()}
-    with Sandbox.create(cpu=0.5, memory="512Mi", ttl=600, **kw) as sb:
+    key = (stack.home / "dev-api-key").read_text().strip()
+    with Sandbox.create(
+        cpu=0.5, memory="512Mi", ttl=600, endpoint=stack.endpoint, api_key=key
+    ) as sb:
         r = sb.exec("echo out; echo err >&2; exit 5", timeout=10)
         assert (r.exit_code, r.stdout, r.stderr_text) == (5, b"out\n", "err\n")
         assert sb.exec(["cat"], stdin="piped").stdout == b"piped"
@@ -39,14 +41,14 @@ def test_sync_face(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
             result.members == 1
             and (tmp_path / "down" / "f").read_bytes() == (tmp_path / "up" / "f").read_bytes()
         )
-    assert Sandbox.connect(sb.id, **kw).last_info.state == "deleted"
+    assert Sandbox.connect(sb.id, endpoint=stack.endpoint, api_key=key).last_info.state == "deleted"
 
 
 def test_async_face(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
-    kw = {"endpoint": stack.endpoint, "api_key": (stack.home / "dev-api-key").read_text().strip()}
+    key = (stack.home / "dev-api-key").read_text().strip()
 
     async def scenario() -> None:
-        async with await AsyncSandbox.create(**kw) as sb:
+        async with await AsyncSandbox.create(endpoint=stack.endpoint, api_key=key) as sb:
             results = await asyncio.gather(*(sb.exec(f"echo {i}") for i in range(5)))
             assert [r.stdout_text for r in results] == [f"{i}\n" for i in range(5)]
             chunks = [e async for e in sb.exec_stream("cat", stdin=b"hi")]
