@@ -74,7 +74,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         image = import_image(images_dir(args.images_dir), source, args.name)
     except BackendError as exc:
         raise _backend_error(exc) from None
-    print(getattr(image, "name", args.name))
+    print(image.name)
     return 0
 
 
