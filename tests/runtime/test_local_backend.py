@@ -134,6 +134,24 @@ def test_sandbox_is_isolated_and_limited(backend: LocalBackend, run: Run, home: 
             meta.env,
         )
         assert (code, out) == (0, b"demo\niso-1\n0\n")
+        # seccomp: no user namespaces (the door to mounts etc.), no mount;
+        # ordinary work (python, threads, git, forks) still runs.
+        for refused in ("unshare -Ur true", "unshare -m true", "mount -t tmpfs x /mnt"):
+            code, _ = init_exec(
+                home / "sandboxes/iso-1/init.sock", ["/bin/sh", "-c", refused], meta.env
+            )
+            assert code != 0, f"{refused!r} was allowed"
+        code, out = init_exec(
+            home / "sandboxes/iso-1/init.sock",
+            [
+                "/bin/sh",
+                "-c",
+                "python3 -c 'import threading as t; x = t.Thread(target=print, args=[True]);"
+                " x.start(); x.join()'; git --version",
+            ],
+            meta.env,
+        )
+        assert code == 0 and out.startswith(b"True\ngit version"), out
 
 
 def test_overlay_root_leaves_image_layers_untouched(

@@ -3,7 +3,7 @@
 What each sandbox gets: its own pid, mount, network, uts, ipc and cgroup
 namespaces; the overlay root prepared on the host; the standard /proc, /dev,
 /dev/pts, /dev/shm, /dev/mqueue and read-only /sys mounts; Docker's masked and
-read-only paths; ``noNewPrivileges``; Docker's default capabilities minus NET_RAW and
+read-only paths; ``noNewPrivileges``; a seccomp filter (``seccomp``); Docker's default capabilities minus NET_RAW and
 MKNOD; cgroup limits for cpu (quota/period), memory (hard, no swap) and pids,
 under the ``orchard`` parent; and orchard-init bind-mounted read-only at
 ``/.orchard/init`` as the container's process, listening on the socket passed
@@ -18,6 +18,8 @@ import resource
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .seccomp import seccomp_profile
 
 INIT_PATH_IN_CONTAINER = "/.orchard/init"
 INIT_LISTEN_FD = 3
@@ -177,6 +179,7 @@ def build_config(
                 "cpu": {"quota": cpu_quota_us(limits.cpu_millis), "period": CPU_PERIOD_US},
                 "pids": {"limit": limits.pids},
             },
+            "seccomp": seccomp_profile(),
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
         },
