@@ -50,14 +50,14 @@ image: venv
 lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/lint-imports
+	PYTHONPATH=$$(scripts/package_tree.sh) $(VENV)/bin/lint-imports
 
 format: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
 typecheck: venv
-	$(VENV)/bin/mypy src services scripts
+	MYPYPATH=$$(scripts/package_tree.sh) $(VENV)/bin/mypy -p orchard
 
 protos: venv
 	$(PY) scripts/gen_protos.py
