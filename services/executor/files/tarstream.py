@@ -39,55 +39,52 @@ import contextlib
 import errno
 import os
 import stat
-import tarfile
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Self, cast
 
-from orchard.common.errors import ServiceError, invalid, not_found, precondition
+from orchard.common.errors import ServiceError, not_found, precondition
 
 from . import tarheader
 from .bridge import ChunkSource, feed_thread, stream_from_thread
 from .confined import O_PATH, O_READ, ConfinedRoot, close_quietly, reopen
-from .decompress import Readable, open_decoded
+from .decompress import open_decoded
 from .fserrors import (
     FILE_EXISTS,
-    INVALID_FIELD,
     IS_A_DIRECTORY,
     NOT_A_DIRECTORY,
     PATH_NOT_FOUND,
+    UNSUPPORTED_FILE_TYPE,
     fs_error,
     unsupported_type,
 )
 from .openat2 import RESOLVE_NO_SYMLINKS, openat2
 from .paths import SandboxPath, check_link_target, parse_member_name, parse_sandbox_path
+from .tarreader import BLOCKDEV, CHARDEV, DIRECTORY, FIFO, HARDLINK, SYMLINK, TarMember, TarReader
 from .transfer import CHUNK_SIZE, write_all
 
-MAX_META_BYTES = 1 << 20  # PAX / GNU long-name headers larger than this are refused
 MAX_DIR_TIMES = 65536
 _PARENT_CACHE = 32
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _read_umask() -> int:
+    """The process umask, without the set-and-restore race of os.umask."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o7777  # unknown: always fchmod
+
+
+# Files are created with their final mode; fchmod only when the umask would
+# have stripped bits (saves a syscall per file in the common case).
+_UMASK = _read_umask()
 _DIR_PATH = O_PATH | os.O_DIRECTORY
-_META_TYPES = (
-    tarfile.XHDTYPE,
-    tarfile.XGLTYPE,
-    tarfile.SOLARIS_XHDTYPE,
-    tarfile.GNUTYPE_LONGNAME,
-    tarfile.GNUTYPE_LONGLINK,
-)
-
-
-class _BoundedTarInfo(tarfile.TarInfo):
-    """Refuses huge PAX/long-name headers, which tarfile would read into memory whole."""
-
-    @classmethod
-    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
-        info = super().frombuf(buf, encoding, errors)
-        if info.type in _META_TYPES and info.size > MAX_META_BYTES:
-            raise tarfile.HeaderError(f"extended header of {info.size} bytes is too large")
-        return info
 
 
 # -- upload ----------------------------------------------------------------------
@@ -159,30 +156,32 @@ class _Unpacker:
 
     # members
 
-    def add(self, member: tarfile.TarInfo, data: Readable) -> None:
+    def add(self, member: TarMember, reader: TarReader) -> None:
         parts = parse_member_name(member.name, self.dest)
-        if member.isdir():
+        kind = member.kind
+        if member.is_regular:
+            self._add_file(parts, member, reader)
+        elif kind == DIRECTORY:
             self._add_dir(parts, member)
-        elif member.isreg():
-            self._add_file(parts, member, data)
-        elif member.issym():
+        elif kind == SYMLINK:
             self._add_symlink(parts, member)
-        elif member.islnk():
+        elif kind == HARDLINK:
             self._add_hardlink(parts, member)
-        elif member.isfifo() or member.ischr() or member.isblk():
-            kind = "a fifo" if member.isfifo() else "a device node"
+        elif kind in (FIFO, CHARDEV, BLOCKDEV):
+            what = "a fifo" if kind == FIFO else "a device node"
             raise precondition(
-                f"tar member {member.name!r} is {kind}; only files, directories and links "
+                f"tar member {member.name!r} is {what}; only files, directories and links "
                 "can be uploaded",
-                "UNSUPPORTED_FILE_TYPE",
+                UNSUPPORTED_FILE_TYPE,
             )
         else:
             raise precondition(
-                f"tar member {member.name!r} has unsupported type {member.type!r}",
-                "UNSUPPORTED_FILE_TYPE",
+                f"tar member {member.name!r} has unsupported type {kind!r} "
+                "(sparse, multi-volume...)",
+                UNSUPPORTED_FILE_TYPE,
             )
 
-    def _add_dir(self, parts: tuple[str, ...], member: tarfile.TarInfo) -> None:
+    def _add_dir(self, parts: tuple[str, ...], member: TarMember) -> None:
         if not parts:
             return  # "." / "./": the destination itself, which exists
         parent = self.parent_fd(parts[:-1])
@@ -200,14 +199,14 @@ class _Unpacker:
         except OSError as err:
             raise fs_error(err, self._shown(parts)) from err
         fd = self.parent_fd(parts)
-        os.chmod(f"/proc/self/fd/{fd}", member.mode & 0o7777)
+        os.chmod(f"/proc/self/fd/{fd}", member.mode)
         if len(self._dir_times) < MAX_DIR_TIMES:
             self._dir_times.append((parts, int(member.mtime)))
 
-    def _create(self, parent: int, name: str, parts: tuple[str, ...]) -> int:
+    def _create(self, parent: int, name: str, parts: tuple[str, ...], mode: int) -> int:
         for _ in range(3):
             try:
-                return os.open(name, _CREATE, 0o600, dir_fd=parent)
+                return os.open(name, _CREATE, mode, dir_fd=parent)
             except FileExistsError:
                 self._remove(parent, name, parts)
         raise precondition(f"{self._shown(parts)} keeps being recreated", FILE_EXISTS)
@@ -225,23 +224,19 @@ class _Unpacker:
             ) from None
         self._forget_below(parts)
 
-    def _add_file(self, parts: tuple[str, ...], member: tarfile.TarInfo, data: Readable) -> None:
+    def _add_file(self, parts: tuple[str, ...], member: TarMember, reader: TarReader) -> None:
         if not parts:
             raise precondition(f"{self.dest} is a directory", IS_A_DIRECTORY)
         parent = self.parent_fd(parts[:-1])
         name = parts[-1]
-        fd = self._create(parent, name, parts)
+        fd = self._create(parent, name, parts, member.mode)
         try:
-            remaining = member.size
-            while remaining > 0:
-                chunk = data.read(min(CHUNK_SIZE, remaining))
-                if not chunk:
-                    raise invalid(
-                        f"the tar stream ended inside member {member.name!r}", INVALID_FIELD
-                    )
-                write_all(fd, chunk)
-                remaining -= len(chunk)
-            os.fchmod(fd, member.mode & 0o7777)
+            for piece in reader.data():
+                written = os.write(fd, piece)
+                if written < len(piece):
+                    write_all(fd, piece[written:])
+            if member.mode & _UMASK:
+                os.fchmod(fd, member.mode)
             mtime_ns = int(member.mtime * 1_000_000_000)
             os.utime(fd, ns=(mtime_ns, mtime_ns))
         except BaseException:
@@ -253,7 +248,7 @@ class _Unpacker:
         self.files += 1
         self.bytes += member.size
 
-    def _add_symlink(self, parts: tuple[str, ...], member: tarfile.TarInfo) -> None:
+    def _add_symlink(self, parts: tuple[str, ...], member: TarMember) -> None:
         if not parts:
             raise precondition(f"{self.dest} is a directory", IS_A_DIRECTORY)
         check_link_target(member.linkname, parts, self.dest, member.name)
@@ -271,7 +266,7 @@ class _Unpacker:
         os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=parent, follow_symlinks=False)
         self.files += 1
 
-    def _add_hardlink(self, parts: tuple[str, ...], member: tarfile.TarInfo) -> None:
+    def _add_hardlink(self, parts: tuple[str, ...], member: TarMember) -> None:
         if not parts:
             raise precondition(f"{self.dest} is a directory", IS_A_DIRECTORY)
         try:
@@ -332,12 +327,6 @@ class _Unpacker:
                 os.close(fd)
 
 
-def _members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    # tarfile keeps every TarInfo it has read (for random access we never use);
-    # a stream of a million tiny members would keep a million objects.
-    return cast(list[tarfile.TarInfo], vars(tar)["members"])
-
-
 def _unpack(
     root: Path, dest: SandboxPath, same_mount: bool, source: ChunkSource
 ) -> tuple[int, int]:
@@ -348,27 +337,11 @@ def _unpack(
             stream = open_decoded(source)
             if stream is None:
                 return 0, 0  # an empty upload: just the directory
-            with tarfile.open(
-                fileobj=cast(Any, stream),
-                mode="r|",
-                bufsize=CHUNK_SIZE,
-                tarinfo=_BoundedTarInfo,
-                encoding="utf-8",
-                errors="surrogateescape",
-            ) as tar:
-                data = cast(Readable, tar.fileobj)
-                while (member := tar.next()) is not None:
-                    _members(tar).clear()
-                    if member.type == tarfile.GNUTYPE_SPARSE:
-                        raise precondition(
-                            f"tar member {member.name!r} is a GNU sparse file",
-                            "UNSUPPORTED_FILE_TYPE",
-                        )
-                    unpacker.add(member, data)
+            reader = TarReader(stream, CHUNK_SIZE)
+            while (member := reader.next()) is not None:
+                unpacker.add(member, reader)
             unpacker.finish()
             return unpacker.files, unpacker.bytes
-        except tarfile.TarError as err:
-            raise invalid(f"upload to {dest.display}: malformed tar stream: {err}") from err
         except OSError as err:
             raise fs_error(err, dest.display) from err
         finally:
