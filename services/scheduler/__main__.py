@@ -42,18 +42,27 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         help="images folder (default $ORCHARD_IMAGES_DIR or <home>/images)",
     )
     parser.add_argument(
+        "--init-binary",
+        type=Path,
+        default=None,
+        help="orchard-init for the local backend (default $ORCHARD_INIT_BINARY; "
+        "`python -m orchard.executor.initbin` builds it and prints its path)",
+    )
+    parser.add_argument(
         "--delete-all-on-shutdown",
         action="store_true",
         help="delete every sandbox on SIGTERM/SIGINT",
     )
     args = parser.parse_args(argv)
     images_env = os.environ.get("ORCHARD_IMAGES_DIR")
+    init_env = os.environ.get("ORCHARD_INIT_BINARY")
     return SchedulerSettings(
         home=args.home or orchard_home(),
         listen=args.listen,
         executor_address=args.executor_address,
         backend=args.backend,
         images_dir=args.images_dir or (Path(images_env) if images_env else None),
+        init_binary=args.init_binary or (Path(init_env) if init_env else None),
         delete_all_on_shutdown=args.delete_all_on_shutdown,
     )
 

@@ -49,6 +49,8 @@ class SchedulerSettings:
     """Backend name for ``backends.load_backend``."""
     images_dir: Path | None = None
     """Images folder for the backend; None means ``<home>/images``."""
+    init_binary: Path | None = None
+    """The sandbox init (orchard-init) the local backend runs as each sandbox's pid 1."""
     token_ttl_seconds: float = 3600.0
     """Data-plane token lifetime; capped by the sandbox's expiry."""
     reap_interval_seconds: float = 2.0

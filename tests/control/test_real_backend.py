@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from orchard.executor.initbin import ensure_init_binary
 from orchard.scheduler.backends.base import Backend, SandboxSpec, load_backend
 from orchard.scheduler.settings import SchedulerSettings
 from orchard.scheduler.store import State
@@ -41,6 +42,7 @@ def _settings(home: Path) -> SchedulerSettings:
         home=home,
         executor_address="127.0.0.1:1",
         images_dir=IMAGES_DIR,
+        init_binary=ensure_init_binary(),
         delete_all_on_shutdown=True,
     )
 

@@ -143,9 +143,12 @@ def load_backend(name: str, settings: object = None) -> Backend:
         if home is None:
             raise BackendError.invalid("local backend settings need a home folder")
         images_dir = getattr(settings, "images_dir", None)
+        init_binary = getattr(settings, "init_binary", None)
         return LocalBackend(
             LocalSettings(
-                home=Path(home), images_dir=Path(images_dir) if images_dir is not None else None
+                home=Path(home),
+                images_dir=Path(images_dir) if images_dir is not None else None,
+                init_binary=Path(init_binary) if init_binary is not None else None,
             )
         )
     if name == "kubernetes":

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from orchard.client import OrchardError
 from orchard.common.layout import NodeLayout, orchard_home
+from orchard.executor.initbin import ensure_init_binary
 
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 60.0
@@ -144,7 +145,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             "scheduler",
             "orchard.scheduler",
             ["--listen", "127.0.0.1:0", "--executor-address", executor_addr, "--backend", "local",
-             "--delete-all-on-shutdown"],
+             "--init-binary", str(ensure_init_binary(home)), "--delete-all-on-shutdown"],
             home,
             env,
         )  # fmt: skip

@@ -40,7 +40,7 @@ def orchard_home() -> Path:
 
 
 def is_valid_sandbox_id(value: str) -> bool:
-    return bool(SANDBOX_ID_RE.match(value))
+    return SANDBOX_ID_RE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)

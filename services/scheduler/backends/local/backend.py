@@ -19,7 +19,6 @@ import asyncio
 import builtins
 import contextlib
 import errno
-import importlib
 import os
 import shutil
 import signal
@@ -186,13 +185,13 @@ class LocalBackend:
             return self._init_binary
         path = self.settings.init_binary
         if path is None:
-            try:
-                initbin = importlib.import_module("orchard.executor.initbin")
-            except ImportError as err:
-                raise BackendError.failure(
-                    "orchard-init is not available (no orchard.executor.initbin)"
-                ) from err
-            path = Path(initbin.ensure_init_binary())
+            # The scheduler does not import the executor (services are
+            # independent); whoever starts it passes the binary's path.
+            raise BackendError.failure(
+                "the local backend needs the orchard-init binary: pass --init-binary or set "
+                "ORCHARD_INIT_BINARY (`python -m orchard.executor.initbin` builds it and prints "
+                "its path)"
+            )
         if not os.access(path, os.X_OK):
             raise BackendError.failure(f"orchard-init binary {path} is missing or not executable")
         self._init_binary = path.resolve()

@@ -22,7 +22,7 @@ class LocalSettings:
     default_image: str = DEFAULT_IMAGE
     """The image used when a create request names none."""
     init_binary: Path | None = None
-    """orchard-init on the host; None means ``orchard.executor.initbin.ensure_init_binary()``."""
+    """orchard-init on the host (``python -m orchard.executor.initbin`` prints it); required to create."""
     parallelism: int = 0
     """How many runc/mount operations run at once; 0 means cores * 4."""
 
