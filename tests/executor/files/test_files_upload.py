@@ -116,7 +116,7 @@ def test_member_names_escaping(sandbox: Sandbox, name: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "target"),
-    [("l", "/etc"), ("l", ".."), ("a/l", "../../x"), ("l", str("/tmp")), ("a/l", "b/../../..")],
+    [("l", "/etc"), ("l", ".."), ("a/l", "../../x"), ("l", "/tmp"), ("a/l", "b/../../..")],
 )
 def test_symlink_members_pointing_out(sandbox: Sandbox, name: str, target: str) -> None:
     err = assert_refused(
