@@ -3,7 +3,7 @@
 # here: a suite that ran nothing proved nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest "$@"
+ORCHARD_TEST_STRICT=1 .venv/bin/python -m pytest "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2

@@ -10,97 +10,22 @@ cp both ways -> ls -> rm, checks outputs and exit codes, then stops
 from __future__ import annotations
 
 import os
-import select
-import shutil
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-IMAGES_DIR = Path(os.environ.get("ORCHARD_IMAGES_DIR") or "/var/lib/orchard/images")
-ORCHARD = [sys.executable, "-m", "orchard.cli"]
+from tests.stack import REQUIRES_STACK, Stack, running_stack
 
-pytestmark = [
-    pytest.mark.runc,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("runc") is None, reason="needs root and runc"
-    ),
-    pytest.mark.skipif(
-        not any(IMAGES_DIR.glob("*/image.json")), reason=f"no image in {IMAGES_DIR} (make image)"
-    ),
-]
-
-
-@dataclass
-class Stack:
-    home: Path
-    process: subprocess.Popen[bytes]
-    endpoint: str
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {
-            k: v for k, v in os.environ.items() if k not in ("ORCHARD_ENDPOINT", "ORCHARD_API_KEY")
-        }
-        return {**env, "ORCHARD_HOME": str(self.home), "ORCHARD_IMAGES_DIR": str(IMAGES_DIR)}
-
-    def cli(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [*ORCHARD, *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
-        assert "Traceback" not in result.stderr, result.stderr
-        if check:
-            assert result.returncode == 0, (args, result.stdout, result.stderr)
-        return result
-
-
-def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> str:
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout
-    buffer = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stdout], [], [], 0.5)
-        if ready:
-            data = os.read(process.stdout.fileno(), 4096)
-            if not data:
-                break
-            buffer += data
-            for line in buffer.decode().splitlines():
-                if line.startswith("Orchard is up. Endpoint: "):
-                    return line.rsplit(" ", 1)[1]
-    raise AssertionError(f"orchard up did not come up: {buffer.decode()}")
+pytestmark = REQUIRES_STACK
 
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
-    home = tmp_path / "home"
-    env = {**os.environ, "ORCHARD_HOME": str(home), "ORCHARD_IMAGES_DIR": str(IMAGES_DIR)}
-    process = subprocess.Popen(
-        [*ORCHARD, "up", "--port", "0"], env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
-    )
-    try:
-        endpoint = _read_until_ready(process, 60)
-        yield Stack(home, process, endpoint)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(90)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+    with running_stack(tmp_path / "home") as running:
+        yield running
 
 
 def test_readme_walkthrough(stack: Stack, tmp_path: Path) -> None:

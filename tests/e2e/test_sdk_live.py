@@ -10,8 +10,9 @@ import pytest
 
 import orchard
 from orchard import AsyncSandbox, ExecStatus, OutputChunk, Sandbox
+from tests.stack import Stack
 
-from .test_cli import Stack, stack  # noqa: F401  (the fixture)
+from .test_cli import stack  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.runc
 

@@ -70,12 +70,13 @@ class AsyncSandbox(SandboxCore):
         endpoint: str | None = None,
         api_key: str | None = None,
         request_id: str | None = None,
+        pids: int | None = None,
         timeout: float | None = 120.0,  # noqa: ASYNC109 (the call's deadline)
     ) -> AsyncSandbox:
         """See :meth:`Sandbox.create` (same arguments and units)."""
         config = ClientConfig.resolve(endpoint, api_key)
         request = _requests.create_request(
-            image, cpu, memory, network, ttl, labels, env, request_id
+            image, cpu, memory, network, ttl, labels, env, request_id, pids
         )
         with translate_errors():
             msg = await _control(config).CreateSandbox(

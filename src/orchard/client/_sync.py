@@ -65,19 +65,20 @@ class Sandbox(SandboxCore):
         endpoint: str | None = None,
         api_key: str | None = None,
         request_id: str | None = None,
+        pids: int | None = None,
         timeout: float | None = 120.0,
     ) -> Sandbox:
         """Create a sandbox and wait until it is READY.
 
         ``cpu`` is in cores (``0.5``, ``2``, or ``"500m"``); ``memory`` is bytes or a
         size string (``"512Mi"``, ``"1Gi"``); ``ttl`` is seconds until the server
-        deletes it; ``network`` is ``"none"`` (default). Unset values take the
+        deletes it; ``network`` is ``"none"`` (default); ``pids`` caps processes and threads. Unset values take the
         server's defaults. A retried call with the same ``request_id`` returns the
         same sandbox.
         """
         config = ClientConfig.resolve(endpoint, api_key)
         request = _requests.create_request(
-            image, cpu, memory, network, ttl, labels, env, request_id
+            image, cpu, memory, network, ttl, labels, env, request_id, pids
         )
         with translate_errors():
             msg = _control(config).CreateSandbox(
