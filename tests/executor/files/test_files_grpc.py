@@ -1,0 +1,150 @@
+"""The file RPCs through a real executor process: wiring, statuses and reasons.
+
+Uses the executor tests' harness (a real ``python -m orchard.executor``); the
+sandbox needs no running init for file calls, only its folder and socket path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from orchard._proto.orchard.v1 import executor_pb2 as pb
+from orchard.common.layout import NodeLayout, SandboxMeta
+
+from ..harness import Client, ExecutorProcess, error_reason
+from .tarbuild import Member, build, contents, split
+
+SANDBOX_ID = "sb-files-grpc"
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[tuple[Client, Path]]:
+    home = Path(tempfile.mkdtemp(prefix="oe-files-", dir="/tmp"))
+    layout = NodeLayout(home).sandbox(SANDBOX_ID)
+    (layout.rootfs / "etc").mkdir(parents=True)
+    (layout.rootfs / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    SandboxMeta(sandbox_id=SANDBOX_ID).write(layout.meta_file)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(layout.init_socket))
+    sock.close()
+    executor = ExecutorProcess.start(home)
+    client = Client(executor.address, home)
+    try:
+        yield client, layout.rootfs
+    finally:
+        client.close()
+        executor.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def status(err: grpc.RpcError) -> tuple[grpc.StatusCode, str | None]:
+    return err.code(), error_reason(err)  # type: ignore[attr-defined]
+
+
+def write(client: Client, path: str, data: bytes, **header: object) -> pb.WriteFileResponse:
+    def requests() -> Iterator[pb.WriteFileRequest]:
+        yield pb.WriteFileRequest(
+            header=pb.WriteFileHeader(sandbox_id=SANDBOX_ID, path=path, **header)  # type: ignore[arg-type]
+        )
+        for part in split(data, 1 << 20):
+            yield pb.WriteFileRequest(data=part)
+
+    response: pb.WriteFileResponse = client.stub.WriteFile(
+        requests(), metadata=client.metadata(SANDBOX_ID), timeout=30
+    )
+    return response
+
+
+def read(client: Client, path: str) -> list[pb.FileChunk]:
+    return list(
+        client.stub.ReadFile(
+            pb.ReadFileRequest(sandbox_id=SANDBOX_ID, path=path),
+            metadata=client.metadata(SANDBOX_ID),
+            timeout=30,
+        )
+    )
+
+
+def test_write_read_round_trip(node: tuple[Client, Path]) -> None:
+    client, rootfs = node
+    data = os.urandom(3 << 20)
+    assert write(client, "/work/data.bin", data, mode=0o600, make_parents=True).size == len(data)
+    assert (rootfs / "work/data.bin").read_bytes() == data
+    chunks = read(client, "/work/data.bin")
+    assert (chunks[0].info.size, chunks[0].info.mode) == (len(data), 0o600)
+    assert b"".join(c.data for c in chunks) == data
+
+
+def test_refusals_carry_reasons(node: tuple[Client, Path]) -> None:
+    client, rootfs = node
+    os.mkfifo(rootfs / "fifo")
+    cases = [
+        (lambda: read(client, "../../etc/passwd"), grpc.StatusCode.INVALID_ARGUMENT, "PATH_ESCAPE"),
+        (
+            lambda: read(client, "/fifo"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "UNSUPPORTED_FILE_TYPE",
+        ),
+        (lambda: read(client, "/missing"), grpc.StatusCode.NOT_FOUND, "PATH_NOT_FOUND"),
+        (
+            lambda: write(client, "/etc", b"x"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "IS_A_DIRECTORY",
+        ),
+        (
+            lambda: write(client, "/etc/passwd/x", b"x"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "NOT_A_DIRECTORY",
+        ),
+    ]
+    for call, code, reason in cases:
+        with pytest.raises(grpc.RpcError) as info:
+            call()
+        assert status(info.value) == (code, reason), info.value
+    assert sorted(os.listdir(rootfs)) == ["etc", "fifo", "work"]
+
+
+def upload(client: Client, dest: str, data: bytes) -> pb.UploadResponse:
+    def requests() -> Iterator[pb.UploadRequest]:
+        yield pb.UploadRequest(header=pb.UploadHeader(sandbox_id=SANDBOX_ID, path=dest))
+        for part in split(data, 1 << 20):
+            yield pb.UploadRequest(data=part)
+
+    response: pb.UploadResponse = client.stub.Upload(
+        requests(), metadata=client.metadata(SANDBOX_ID), timeout=30
+    )
+    return response
+
+
+def test_upload_download(node: tuple[Client, Path]) -> None:
+    client, rootfs = node
+    tar = build(
+        [Member("pkg/", b"5"), Member("pkg/a.py", data=b"a = 1\n")]
+        + [Member(f"pkg/m{i}", data=b"m" * i) for i in range(200)]
+    )
+    response = upload(client, "/srv", tar)
+    assert (response.files, response.bytes) == (201, 6 + sum(range(200)))
+    assert (rootfs / "srv/pkg/a.py").read_bytes() == b"a = 1\n"
+    stream = client.stub.Download(
+        pb.DownloadRequest(sandbox_id=SANDBOX_ID, path="/srv/pkg"),
+        metadata=client.metadata(SANDBOX_ID),
+        timeout=30,
+    )
+    files = contents(b"".join(chunk.data for chunk in stream))
+    assert files["pkg/a.py"] == b"a = 1\n" and files["pkg/m199"] == b"m" * 199
+
+
+def test_upload_escape_is_refused(node: tuple[Client, Path]) -> None:
+    client, rootfs = node
+    with pytest.raises(grpc.RpcError) as info:
+        upload(client, "/srv2", build([Member("../escaped", data=b"x")]))
+    assert status(info.value) == (grpc.StatusCode.INVALID_ARGUMENT, "PATH_ESCAPE")
+    assert not (rootfs / "escaped").exists()
