@@ -4,7 +4,7 @@ tarfile's own ``r|gz`` decompresses each input block in one call with no
 output limit: one 1 MiB chunk of a gzip bomb becomes ~1 GiB in the executor's
 memory. Here every ``read(n)`` returns at most ``n`` decompressed bytes (the
 decompressors' ``max_length``), so memory stays at a chunk or two whatever the
-compression ratio; the archive is then parsed uncompressed (``r|``).
+compression ratio; the archive itself is then parsed by :mod:`.tarreader`.
 """
 
 from __future__ import annotations

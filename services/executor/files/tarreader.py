@@ -197,6 +197,8 @@ class TarReader:
                 records = {**self._global, **overrides} if self._global else overrides
                 if records:
                     self._apply(member, records)
+                if member.kind == b"\0" and member.name.endswith("/"):
+                    member.kind = DIRECTORY  # pre-POSIX tars mark directories this way
                 self._pending = member.size
                 self._skip = member.size + (-member.size % BLOCK)
                 return member

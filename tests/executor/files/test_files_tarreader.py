@@ -137,3 +137,15 @@ def test_same_members_as_tarfile(
     entries = [("/".join(parts), tarfile.REGTYPE, body, "", 0) for parts, body in files]
     data = build(fmt, entries)
     assert read_all(data, chunk) == expected(data)
+
+
+def test_old_style_directory_entry() -> None:
+    """A pre-POSIX archive marks a directory as an AREGTYPE member named "d/"."""
+    info = tarfile.TarInfo("d/")
+    info.type = tarfile.AREGTYPE
+    block = info.tobuf(tarfile.USTAR_FORMAT)
+    assert block[156:157] == b"\0"
+    reader = TarReader(Chunked(block + bytes(1024), 512))
+    member = reader.next()
+    assert member is not None
+    assert (member.name, member.kind) == ("d/", tarfile.DIRTYPE)
