@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import tarfile
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -20,7 +21,8 @@ class Member:
 
 def build(members: list[Member], *, compression: str = "") -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=f"w:{compression}", format=tarfile.PAX_FORMAT) as tar:
+    mode: Any = f"w:{compression}"  # one of w:, w:gz, w:bz2, w:xz
+    with tarfile.open(fileobj=buf, mode=mode, format=tarfile.PAX_FORMAT) as tar:
         for m in members:
             info = tarfile.TarInfo(m.name)
             info.type = m.kind

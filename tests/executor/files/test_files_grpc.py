@@ -10,7 +10,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -86,7 +86,7 @@ def test_write_read_round_trip(node: tuple[Client, Path]) -> None:
 def test_refusals_carry_reasons(node: tuple[Client, Path]) -> None:
     client, rootfs = node
     os.mkfifo(rootfs / "fifo")
-    cases = [
+    cases: list[tuple[Callable[[], object], grpc.StatusCode, str]] = [
         (lambda: read(client, "../../etc/passwd"), grpc.StatusCode.INVALID_ARGUMENT, "PATH_ESCAPE"),
         (
             lambda: read(client, "/fifo"),

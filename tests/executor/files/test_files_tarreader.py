@@ -119,7 +119,7 @@ def test_malformed_streams(mutate: object) -> None:
 
 
 _names = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0/"),
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\0/"),
     min_size=1,
     max_size=60,
 )
