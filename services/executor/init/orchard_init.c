@@ -18,6 +18,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -413,6 +415,41 @@ static void run_command(const struct request *req, int stdin_fd, int stdout_fd, 
     child_fail(err_fd, errno, STAGE_EXEC);
 }
 
+struct command_args {
+    const struct request *req;
+    int stdin_fd, stdout_fd, stderr_fd, fd3, fd4, err_fd;
+};
+
+static int command_entry(void *arg) {
+    const struct command_args *a = arg;
+    run_command(a->req, a->stdin_fd, a->stdout_fd, a->stderr_fd, a->fd3, a->fd4, a->err_fd);
+    return 127;
+}
+
+/*
+ * Start the command like posix_spawn does: clone(CLONE_VM | CLONE_VFORK) on a
+ * private stack, so no page tables are copied and the shim resumes once the
+ * child has exec'd (or failed). Falls back to fork() if the stack cannot be
+ * mapped. The child touches only its own stack, fds and process attributes.
+ */
+#define COMMAND_STACK_BYTES (1u << 20)
+static pid_t spawn_command(struct command_args *args) {
+    void *stack = mmap(NULL, COMMAND_STACK_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+        pid_t pid = fork();
+        if (pid == 0)
+            command_entry(args);
+        return pid;
+    }
+    pid_t pid = clone(command_entry, (char *)stack + COMMAND_STACK_BYTES,
+                      CLONE_VM | CLONE_VFORK | SIGCHLD, args);
+    int saved = errno;
+    munmap(stack, COMMAND_STACK_BYTES);
+    errno = saved;
+    return pid;
+}
+
 /* -------------------------------------------------------------- the shim */
 
 static int send_started(int conn, pid_t pid, const int *fds, int nfds) {
@@ -524,14 +561,13 @@ static void run_shim(int conn) {
     }
 
     uint64_t started = monotonic_ns();
-    pid_t pid = fork();
+    struct command_args args = {&req, in_pipe[0], out_pipe[1], err_pipe[1],
+                                fd3_pipe[1], fd4_pipe[0], exec_pipe[1]};
+    pid_t pid = spawn_command(&args);
     if (pid < 0) {
         send_error(conn, errno, STAGE_OTHER);
         _exit(1);
     }
-    if (pid == 0)
-        run_command(&req, in_pipe[0], out_pipe[1], err_pipe[1], fd3_pipe[1], fd4_pipe[0],
-                    exec_pipe[1]);
 
     /* The parent keeps only the ends it hands to the client. */
     close_fd(&in_pipe[0]);
