@@ -69,7 +69,9 @@ async def _measure(port: int, token: str, n: int, session_n: int) -> dict[str, A
     await runtime.create_session(CreateBashSessionRequest(session="bench"))
 
     async def session_run() -> None:
-        obs = await runtime.run_in_session(BashAction(session="bench", command="true", check="raise"))
+        obs = await runtime.run_in_session(
+            BashAction(session="bench", command="true", check="raise")
+        )
         assert obs.exit_code == 0, obs
 
     out = {
@@ -105,7 +107,9 @@ def measure_swerex(n: int = 1000, session_n: int = 100) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--session-n", type=int, default=100)
     args = parser.parse_args()

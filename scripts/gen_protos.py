@@ -50,7 +50,11 @@ def generate(dest: Path) -> None:
             text = path.read_text()
             text = _IMPORT.sub("from orchard._proto.orchard.v1 import", text)
             text = _IMPORT_PYI.sub(r"import orchard._proto.orchard.v1.\1", text)
-            text = text.replace("orchard.v1.", "orchard._proto.orchard.v1.") if path.suffix == ".pyi" else text
+            text = (
+                text.replace("orchard.v1.", "orchard._proto.orchard.v1.")
+                if path.suffix == ".pyi"
+                else text
+            )
             text = text.replace("orchard._proto.orchard._proto.", "orchard._proto.")
             target = dest / path.relative_to(tmp)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,9 @@ class TokenSigner:
         mac = hmac.new(self.key, payload.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
-    def issue(self, sandbox_id: str, ttl_seconds: float, now: float | None = None) -> tuple[str, int]:
+    def issue(
+        self, sandbox_id: str, ttl_seconds: float, now: float | None = None
+    ) -> tuple[str, int]:
         """A token for ``sandbox_id`` and its expiry (unix seconds)."""
         expiry = int((time.time() if now is None else now) + ttl_seconds)
         payload = f"{_VERSION}.{sandbox_id}.{expiry}"
