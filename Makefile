@@ -35,9 +35,12 @@ system-deps:
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+
+# Reinstalled when pyproject.toml changes or the venv was made anew.
+$(STAMP): pyproject.toml $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 

@@ -173,9 +173,10 @@ class AsyncSandbox(SandboxCore):
         env: Mapping[str, str] | None = None,
         stdin: _requests.Stdin = None,
         user: str | None = None,
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         """See :meth:`Sandbox.exec`."""
-        start = self._start(cmd, timeout, cwd, env, user)
+        start = self._start(cmd, timeout, cwd, env, user, max_output_bytes=max_output_bytes)
         stub, access = await self._executor()
         with translate_errors():
             resp = await stub.Run(
@@ -193,9 +194,18 @@ class AsyncSandbox(SandboxCore):
         env: Mapping[str, str] | None = None,
         stdin: AsyncIterable[bytes] | Iterable[bytes] | bytes | str | None = None,
         user: str | None = None,
+        max_output_bytes: int | None = None,
     ) -> AsyncIterator[ExecEvent]:
         """See :meth:`Sandbox.exec_stream`; ``stdin`` may also be an async iterable."""
-        start = self._start(cmd, timeout, cwd, env, user, stdin=stdin is not None)
+        start = self._start(
+            cmd,
+            timeout,
+            cwd,
+            env,
+            user,
+            stdin=stdin is not None,
+            max_output_bytes=max_output_bytes,
+        )
         stub, access = await self._executor()
         call = stub.Exec(_exec_requests(start, stdin), metadata=access.metadata)
         try:

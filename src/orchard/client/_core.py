@@ -121,9 +121,17 @@ class SandboxCore:
         env: Mapping[str, str] | None,
         user: str | None,
         stdin: bool = False,
+        max_output_bytes: int | None = None,
     ) -> executor_pb2.ExecStart:
         return _requests.exec_start(
-            self.id, cmd, timeout=timeout, cwd=cwd, env=env, user=user, stdin=stdin
+            self.id,
+            cmd,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            user=user,
+            stdin=stdin,
+            max_output_bytes=max_output_bytes,
         )
 
     def _create_session_request(

@@ -176,13 +176,15 @@ class Sandbox(SandboxCore):
         env: Mapping[str, str] | None = None,
         stdin: _requests.Stdin = None,
         user: str | None = None,
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         """Run a command and wait for it; a str runs via ``/bin/sh -c``, a list as argv.
 
         A non-zero exit or a timeout is a result (``exit_code``, ``timed_out``), not an
-        exception. Output is returned whole (capped by the server).
+        exception. Output is returned whole, each stream capped at ``max_output_bytes``
+        (the server's default, 16 MiB, when unset); ``status.truncated`` says a cap was hit.
         """
-        start = self._start(cmd, timeout, cwd, env, user)
+        start = self._start(cmd, timeout, cwd, env, user, max_output_bytes=max_output_bytes)
         stub, access = self._executor()
         with translate_errors():
             resp = stub.Run(
@@ -200,6 +202,7 @@ class Sandbox(SandboxCore):
         env: Mapping[str, str] | None = None,
         stdin: Iterable[bytes] | bytes | str | None = None,
         user: str | None = None,
+        max_output_bytes: int | None = None,
     ) -> Iterator[ExecEvent]:
         """Yield :class:`OutputChunk` events as the command writes, then its :class:`ExecStatus`.
 
@@ -207,7 +210,15 @@ class Sandbox(SandboxCore):
         Stopping the iteration early cancels the call, which kills the command.
         """
         stdin_chunks = [_requests.as_bytes(stdin)] if isinstance(stdin, (bytes, str)) else stdin
-        start = self._start(cmd, timeout, cwd, env, user, stdin=stdin_chunks is not None)
+        start = self._start(
+            cmd,
+            timeout,
+            cwd,
+            env,
+            user,
+            stdin=stdin_chunks is not None,
+            max_output_bytes=max_output_bytes,
+        )
         stub, access = self._executor()
         call = stub.Exec(_requests.exec_requests(start, stdin_chunks), metadata=access.metadata)
         try:
