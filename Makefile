@@ -69,7 +69,7 @@ protos-check: venv
 	$(PY) scripts/gen_protos.py --check
 
 bench: setup ## exec round trip vs SWE-ReX, prints JSON
-	$(PY) loadtest/bench_exec.py
+	$(PY) loadtest/bench.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

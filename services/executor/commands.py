@@ -198,8 +198,8 @@ def start_failure_result(prepared: PreparedExec, failure: StartFailure) -> tuple
     if failure.errno in (errno_codes.EAGAIN, errno_codes.ENOMEM, errno_codes.EMFILE):
         raise ServiceError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
-            "BACKEND_FAILURE",
-            f"the sandbox could not start the command: {reason}",
+            "SANDBOX_RESOURCE_LIMIT",
+            f"the sandbox could not start the command (its process or memory limit?): {reason}",
             fault="task",
         )
     raise infrastructure(f"the sandbox's init could not start the command: {reason}")

@@ -103,12 +103,37 @@ def test_output_cap_truncates(sb: Sandbox) -> None:
 
 
 def test_many_concurrent_execs(stack: Stack, key: str) -> None:
+    """64 streams, 20 execs each, under the default pids limit: every shim is reaped in time."""
+
     async def scenario() -> list[str]:
         async with await AsyncSandbox.create(endpoint=stack.endpoint, api_key=key) as box:
-            results = await asyncio.gather(*(box.exec(f"echo {i}") for i in range(64)))
-            return [r.stdout_text for r in results]
+
+            async def worker(i: int) -> str:
+                outs = [(await box.exec(["echo", str(i)])).stdout_text for _ in range(20)]
+                return outs[-1] if len(set(outs)) == 1 else f"mixed {outs}"
+
+            return await asyncio.gather(*(worker(i) for i in range(64)))
 
     assert asyncio.run(scenario()) == [f"{i}\n" for i in range(64)]
+
+
+def test_hitting_the_pids_limit_is_the_sandboxs_own_error(stack: Stack, key: str) -> None:
+    async def scenario() -> list[BaseException | None]:
+        async with await AsyncSandbox.create(endpoint=stack.endpoint, api_key=key, pids=16) as box:
+
+            async def one() -> None:
+                await box.exec(["sleep", "0.3"])
+
+            got = await asyncio.gather(*(one() for _ in range(40)), return_exceptions=True)
+            assert (await box.exec(["echo", "ok"])).stdout == b"ok\n"  # it recovers
+            return list(got)
+
+    outcomes = asyncio.run(scenario())
+    errors = [e for e in outcomes if e is not None]
+    assert errors, "40 concurrent commands under pids=16 should not all start"
+    assert all(isinstance(e, orchard.SandboxLimitError) and e.fault == "task" for e in errors), (
+        errors
+    )
 
 
 def test_sessions_keep_state_and_interrupt(sb: Sandbox) -> None:

@@ -11,7 +11,7 @@ EXPECTED = {
     "ImageNotFoundError", "InfrastructureError", "InvalidRequestError", "OrchardError", "OutputChunk",
     "PathError", "PathEscapeError", "PathNotFoundError", "PermissionDeniedError", "QuotaExceededError",
     "Sandbox", "SandboxError", "SandboxInfo", "SandboxNotFoundError", "SandboxNotReadyError",
-    "ServiceUnavailableError", "Session", "SessionError",
+    "ServiceUnavailableError", "Session", "SessionError", "SandboxLimitError",
 }  # fmt: skip
 
 

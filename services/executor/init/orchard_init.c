@@ -771,8 +771,22 @@ int main(int argc, char **argv) {
                     close(sfd);
                     run_shim(conn);
                 }
-                /* On fork failure the client just sees the connection close. */
+                if (pid < 0) {
+                    /* Usually the pids limit. Say so: drain the request that has
+                     * arrived (closing over unread data would reset the
+                     * connection) and answer with the errno. */
+                    int err = errno;
+                    char sink[4096];
+                    while (recv(conn, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+                    }
+                    send_error(conn, err, STAGE_OTHER);
+                }
                 close(conn);
+                /* Reap as we go: under a steady stream of connections this loop
+                 * may not return to poll() for a while, and every unreaped shim
+                 * still counts against the sandbox's pids limit. */
+                while (waitpid(-1, NULL, WNOHANG) > 0) {
+                }
             }
         }
     }

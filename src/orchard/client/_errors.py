@@ -15,7 +15,8 @@
     ├── SandboxError                   about one sandbox's state
     │   ├── SandboxNotFoundError
     │   ├── SandboxNotReadyError
-    │   └── SessionError               session unknown, busy or dead
+    │   ├── SessionError               session unknown, busy or dead
+    │   └── SandboxLimitError          the sandbox hit its own pids/memory limit
     ├── QuotaExceededError             over a quota; ``retry_after`` seconds if known
     ├── DeadlineExceededError          a call ran out of time (also a builtins.TimeoutError)
     └── InfrastructureError            the platform failed, not the task: trainers
@@ -108,6 +109,10 @@ class SessionError(SandboxError):
     """A shell session is unknown, busy or dead."""
 
 
+class SandboxLimitError(SandboxError):
+    """The sandbox hit one of its own limits (pids, memory): the task's fault, not the platform's."""
+
+
 class QuotaExceededError(OrchardError):
     """Over a quota; ``retry_after`` is the server's hint in seconds, if any."""
 
@@ -148,6 +153,7 @@ _BY_REASON: dict[str, type[OrchardError]] = {
     "BACKEND_FAILURE": InfrastructureError,
     "EXECUTABLE_NOT_FOUND": CommandStartError,
     "USER_NOT_FOUND": CommandStartError,
+    "SANDBOX_RESOURCE_LIMIT": SandboxLimitError,
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[OrchardError]] = {

@@ -46,6 +46,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     EXECUTABLE_NOT_FOUND: _ErrorReason.ValueType  # 17
     USER_NOT_FOUND: _ErrorReason.ValueType  # 18
     FILE_EXISTS: _ErrorReason.ValueType  # 19
+    SANDBOX_RESOURCE_LIMIT: _ErrorReason.ValueType  # 20
+    """The sandbox hit one of its own limits (pids, memory, open files): the
+    task's doing, not the platform's.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed, beyond its gRPC status code. Servers send the name of the
@@ -74,6 +78,10 @@ BACKEND_FAILURE: ErrorReason.ValueType  # 16
 EXECUTABLE_NOT_FOUND: ErrorReason.ValueType  # 17
 USER_NOT_FOUND: ErrorReason.ValueType  # 18
 FILE_EXISTS: ErrorReason.ValueType  # 19
+SANDBOX_RESOURCE_LIMIT: ErrorReason.ValueType  # 20
+"""The sandbox hit one of its own limits (pids, memory, open files): the
+task's doing, not the platform's.
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 @_typing.final
