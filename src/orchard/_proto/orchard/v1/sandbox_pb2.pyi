@@ -37,6 +37,11 @@ class _SandboxStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SandboxS
     DELETING: _SandboxState.ValueType  # 3
     DELETED: _SandboxState.ValueType  # 4
     FAILED: _SandboxState.ValueType  # 5
+    CLAIMED: _SandboxState.ValueType  # 6
+    """Adopted from a template's warm pool (or cold-created for a template) and
+    owned by a client; usable exactly like READY. READY sandboxes of a pool
+    belong to no tenant until claimed.
+    """
 
 class SandboxState(_SandboxState, metaclass=_SandboxStateEnumTypeWrapper): ...
 
@@ -46,6 +51,11 @@ READY: SandboxState.ValueType  # 2
 DELETING: SandboxState.ValueType  # 3
 DELETED: SandboxState.ValueType  # 4
 FAILED: SandboxState.ValueType  # 5
+CLAIMED: SandboxState.ValueType  # 6
+"""Adopted from a template's warm pool (or cold-created for a template) and
+owned by a client; usable exactly like READY. READY sandboxes of a pool
+belong to no tenant until claimed.
+"""
 Global___SandboxState: _TypeAlias = SandboxState  # noqa: Y015
 
 @_typing.final
@@ -99,6 +109,7 @@ class CreateSandboxRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TEMPLATE_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     """Image name as listed by ListImages; empty means the default image."""
     ttl_seconds: _builtins.int
@@ -106,6 +117,12 @@ class CreateSandboxRequest(_message.Message):
     request_id: _builtins.str
     """A client-chosen id; a retried create with the same id returns the same
     sandbox instead of making a second one.
+    """
+    template: _builtins.str
+    """A template name (see the PoolService): the sandbox is claimed from the
+    template's warm pool, or created cold from it when the pool is empty.
+    image, resources and network must then be unset (the template sets them);
+    env, labels, ttl_seconds and request_id apply to the claim.
     """
     @_builtins.property
     def resources(self) -> _common_pb2.Resources: ...
@@ -127,10 +144,11 @@ class CreateSandboxRequest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         request_id: _builtins.str = ...,
+        template: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "image", b"image", "labels", b"labels", "network", b"network", "request_id", b"request_id", "resources", b"resources", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "image", b"image", "labels", b"labels", "network", b"network", "request_id", b"request_id", "resources", b"resources", "template", b"template", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -222,12 +240,26 @@ class Sandbox(_message.Message):
     EXPIRES_AT_FIELD_NUMBER: _builtins.int
     EXECUTOR_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
+    TEMPLATE_FIELD_NUMBER: _builtins.int
+    FAULT_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     image: _builtins.str
     state: Global___SandboxState.ValueType
     state_reason: _builtins.str
     """Why the sandbox is in its state (set for FAILED and DELETING)."""
     tenant: _builtins.str
+    template: _builtins.str
+    """The template it was claimed from ("" for a plain create)."""
+    fault: _builtins.str
+    """Whose fault a FAILED state is: "client" (a bad request, e.g. an unknown
+    image), "task" (the sandbox's own doing) or "infrastructure" (the
+    platform's: retry elsewhere, drop the rollout). Empty otherwise.
+    """
+    ttl_seconds: _builtins.int
+    """Seconds one lease lasts: KeepAlive without ttl_seconds extends the expiry
+    to now + this.
+    """
     @_builtins.property
     def resources(self) -> _common_pb2.Resources: ...
     @_builtins.property
@@ -259,10 +291,13 @@ class Sandbox(_message.Message):
         expires_at: _timestamp_pb2.Timestamp | None = ...,
         executor: Global___ExecutorAccess | None = ...,
         tenant: _builtins.str = ...,
+        template: _builtins.str = ...,
+        fault: _builtins.str = ...,
+        ttl_seconds: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "executor", b"executor", "expires_at", b"expires_at", "network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "env", b"env", "executor", b"executor", "expires_at", b"expires_at", "id", b"id", "image", b"image", "labels", b"labels", "network", b"network", "resources", b"resources", "state", b"state", "state_reason", b"state_reason", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "env", b"env", "executor", b"executor", "expires_at", b"expires_at", "fault", b"fault", "id", b"id", "image", b"image", "labels", b"labels", "network", b"network", "resources", b"resources", "state", b"state", "state_reason", b"state_reason", "template", b"template", "tenant", b"tenant", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -382,6 +417,32 @@ class DeleteSandboxResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteSandboxResponse: _TypeAlias = DeleteSandboxResponse  # noqa: Y015
+
+@_typing.final
+class KeepAliveRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    ttl_seconds: _builtins.int
+    """New lease from now, in seconds; 0 means the sandbox's own ttl_seconds.
+    The expiry only moves forward, and never past the server's maximum
+    lifetime counted from creation.
+    """
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        ttl_seconds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeepAliveRequest: _TypeAlias = KeepAliveRequest  # noqa: Y015
 
 @_typing.final
 class ListImagesRequest(_message.Message):

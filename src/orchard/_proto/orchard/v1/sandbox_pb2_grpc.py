@@ -65,6 +65,11 @@ class SandboxServiceStub:
                 request_serializer=orchard_dot_v1_dot_sandbox__pb2.ListImagesRequest.SerializeToString,
                 response_deserializer=orchard_dot_v1_dot_sandbox__pb2.ListImagesResponse.FromString,
                 _registered_method=True)
+        self.KeepAlive = channel.unary_unary(
+                '/orchard.v1.SandboxService/KeepAlive',
+                request_serializer=orchard_dot_v1_dot_sandbox__pb2.KeepAliveRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
+                _registered_method=True)
 
 
 class SandboxServiceServicer:
@@ -107,6 +112,13 @@ class SandboxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KeepAlive(self, request, context):
+        """Extend a sandbox's lease (its expiry) while a client still uses it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +151,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.ListImages,
                     request_deserializer=orchard_dot_v1_dot_sandbox__pb2.ListImagesRequest.FromString,
                     response_serializer=orchard_dot_v1_dot_sandbox__pb2.ListImagesResponse.SerializeToString,
+            ),
+            'KeepAlive': grpc.unary_unary_rpc_method_handler(
+                    servicer.KeepAlive,
+                    request_deserializer=orchard_dot_v1_dot_sandbox__pb2.KeepAliveRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_sandbox__pb2.Sandbox.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -303,6 +320,33 @@ class SandboxService:
             '/orchard.v1.SandboxService/ListImages',
             orchard_dot_v1_dot_sandbox__pb2.ListImagesRequest.SerializeToString,
             orchard_dot_v1_dot_sandbox__pb2.ListImagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KeepAlive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.SandboxService/KeepAlive',
+            orchard_dot_v1_dot_sandbox__pb2.KeepAliveRequest.SerializeToString,
+            orchard_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,8 @@ class SandboxServiceStub:
     GetExecutorAccess: _grpc.UnaryUnaryMultiCallable[_sandbox_pb2.GetSandboxRequest, _sandbox_pb2.ExecutorAccess]
     """A fresh data-plane token for an existing sandbox."""
     ListImages: _grpc.UnaryUnaryMultiCallable[_sandbox_pb2.ListImagesRequest, _sandbox_pb2.ListImagesResponse]
+    KeepAlive: _grpc.UnaryUnaryMultiCallable[_sandbox_pb2.KeepAliveRequest, _sandbox_pb2.Sandbox]
+    """Extend a sandbox's lease (its expiry) while a client still uses it."""
 
 @_typing.type_check_only
 class SandboxServiceAsyncStub(SandboxServiceStub):
@@ -53,6 +55,8 @@ class SandboxServiceAsyncStub(SandboxServiceStub):
     GetExecutorAccess: _aio.UnaryUnaryMultiCallable[_sandbox_pb2.GetSandboxRequest, _sandbox_pb2.ExecutorAccess]  # type: ignore[assignment]
     """A fresh data-plane token for an existing sandbox."""
     ListImages: _aio.UnaryUnaryMultiCallable[_sandbox_pb2.ListImagesRequest, _sandbox_pb2.ListImagesResponse]  # type: ignore[assignment]
+    KeepAlive: _aio.UnaryUnaryMultiCallable[_sandbox_pb2.KeepAliveRequest, _sandbox_pb2.Sandbox]  # type: ignore[assignment]
+    """Extend a sandbox's lease (its expiry) while a client still uses it."""
 
 class SandboxServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -97,5 +101,13 @@ class SandboxServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _sandbox_pb2.ListImagesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_sandbox_pb2.ListImagesResponse, _abc.Awaitable[_sandbox_pb2.ListImagesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def KeepAlive(
+        self,
+        request: _sandbox_pb2.KeepAliveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sandbox_pb2.Sandbox, _abc.Awaitable[_sandbox_pb2.Sandbox]]:
+        """Extend a sandbox's lease (its expiry) while a client still uses it."""
 
 def add_SandboxServiceServicer_to_server(servicer: SandboxServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
