@@ -506,3 +506,28 @@ class ListImagesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListImagesResponse: _TypeAlias = ListImagesResponse  # noqa: Y015
+
+@_typing.final
+class UpdateNetworkPolicyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NETWORK_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    @_builtins.property
+    def network(self) -> _common_pb2.NetworkPolicy:
+        """The whole new policy (not a patch); an unset mode means NONE."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        network: _common_pb2.NetworkPolicy | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["network", b"network"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "network", b"network"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateNetworkPolicyRequest: _TypeAlias = UpdateNetworkPolicyRequest  # noqa: Y015

@@ -70,6 +70,11 @@ class SandboxServiceStub:
                 request_serializer=orchard_dot_v1_dot_sandbox__pb2.KeepAliveRequest.SerializeToString,
                 response_deserializer=orchard_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
                 _registered_method=True)
+        self.UpdateNetworkPolicy = channel.unary_unary(
+                '/orchard.v1.SandboxService/UpdateNetworkPolicy',
+                request_serializer=orchard_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
+                _registered_method=True)
 
 
 class SandboxServiceServicer:
@@ -119,6 +124,14 @@ class SandboxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateNetworkPolicy(self, request, context):
+        """Replace a running sandbox's network policy; takes effect before the call
+        returns (connections the new policy denies are refused from then on).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -155,6 +168,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
             'KeepAlive': grpc.unary_unary_rpc_method_handler(
                     servicer.KeepAlive,
                     request_deserializer=orchard_dot_v1_dot_sandbox__pb2.KeepAliveRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_sandbox__pb2.Sandbox.SerializeToString,
+            ),
+            'UpdateNetworkPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateNetworkPolicy,
+                    request_deserializer=orchard_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.FromString,
                     response_serializer=orchard_dot_v1_dot_sandbox__pb2.Sandbox.SerializeToString,
             ),
     }
@@ -346,6 +364,33 @@ class SandboxService:
             target,
             '/orchard.v1.SandboxService/KeepAlive',
             orchard_dot_v1_dot_sandbox__pb2.KeepAliveRequest.SerializeToString,
+            orchard_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateNetworkPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.SandboxService/UpdateNetworkPolicy',
+            orchard_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.SerializeToString,
             orchard_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
             options,
             channel_credentials,

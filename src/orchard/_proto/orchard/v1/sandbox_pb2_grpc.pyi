@@ -44,6 +44,10 @@ class SandboxServiceStub:
     ListImages: _grpc.UnaryUnaryMultiCallable[_sandbox_pb2.ListImagesRequest, _sandbox_pb2.ListImagesResponse]
     KeepAlive: _grpc.UnaryUnaryMultiCallable[_sandbox_pb2.KeepAliveRequest, _sandbox_pb2.Sandbox]
     """Extend a sandbox's lease (its expiry) while a client still uses it."""
+    UpdateNetworkPolicy: _grpc.UnaryUnaryMultiCallable[_sandbox_pb2.UpdateNetworkPolicyRequest, _sandbox_pb2.Sandbox]
+    """Replace a running sandbox's network policy; takes effect before the call
+    returns (connections the new policy denies are refused from then on).
+    """
 
 @_typing.type_check_only
 class SandboxServiceAsyncStub(SandboxServiceStub):
@@ -57,6 +61,10 @@ class SandboxServiceAsyncStub(SandboxServiceStub):
     ListImages: _aio.UnaryUnaryMultiCallable[_sandbox_pb2.ListImagesRequest, _sandbox_pb2.ListImagesResponse]  # type: ignore[assignment]
     KeepAlive: _aio.UnaryUnaryMultiCallable[_sandbox_pb2.KeepAliveRequest, _sandbox_pb2.Sandbox]  # type: ignore[assignment]
     """Extend a sandbox's lease (its expiry) while a client still uses it."""
+    UpdateNetworkPolicy: _aio.UnaryUnaryMultiCallable[_sandbox_pb2.UpdateNetworkPolicyRequest, _sandbox_pb2.Sandbox]  # type: ignore[assignment]
+    """Replace a running sandbox's network policy; takes effect before the call
+    returns (connections the new policy denies are refused from then on).
+    """
 
 class SandboxServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -109,5 +117,15 @@ class SandboxServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sandbox_pb2.Sandbox, _abc.Awaitable[_sandbox_pb2.Sandbox]]:
         """Extend a sandbox's lease (its expiry) while a client still uses it."""
+
+    @_abc_1.abstractmethod
+    def UpdateNetworkPolicy(
+        self,
+        request: _sandbox_pb2.UpdateNetworkPolicyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sandbox_pb2.Sandbox, _abc.Awaitable[_sandbox_pb2.Sandbox]]:
+        """Replace a running sandbox's network policy; takes effect before the call
+        returns (connections the new policy denies are refused from then on).
+        """
 
 def add_SandboxServiceServicer_to_server(servicer: SandboxServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
