@@ -1,8 +1,14 @@
 """SandboxLifecycle: the sandbox state machine over the store and the backend.
 
     PENDING --backend.create ok--> READY --delete/TTL--> DELETING --> DELETED
-       |                                                    ^
+       |                             |                      ^
+       |                             +--claim--> CLAIMED ---+  (warm pool member)
        +--backend.create failed--> FAILED --delete/TTL------+
+
+A plain create ends READY, owned by its tenant. A warm pool member ends READY
+owned by no tenant (``POOL_TENANT``); a claim makes it CLAIMED, owned by the
+claimer, in one compare-and-set in the store (``SandboxStore.claim``). A claim
+that finds the pool empty creates cold from the template and ends CLAIMED too.
 
 The store is written before every backend call, so a crash at any point leaves
 a record that recovery (``recovery.py``) knows how to finish. Backend calls run
@@ -13,9 +19,11 @@ in their own tasks and callers await them shielded: a client that gives up
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import grpc
 import structlog
@@ -26,10 +34,38 @@ from orchard.common.tokens import TokenSigner
 from .backends.base import Backend, BackendError, SandboxSpec
 from .ids import new_sandbox_id
 from .settings import SchedulerSettings
-from .store import DuplicateRequestError, SandboxRecord, SandboxStore, State
+from .store import (
+    LIVE_STATES,
+    POOL_TENANT,
+    DuplicateRequestError,
+    SandboxRecord,
+    SandboxStore,
+    State,
+)
+from .templates import Template
 from .validation import ValidatedCreate
 
 log = structlog.get_logger("orchard.scheduler")
+
+# A claimed member that turns out broken (its container died while it waited)
+# is thrown away and the next one tried, this many times, before creating cold.
+CLAIM_ATTEMPTS = 3
+
+# "hit": adopted from the warm pool; "miss": created cold; "retry": a repeated
+# request_id answered with the sandbox the first call got.
+ClaimOutcome = Literal["hit", "miss", "retry"]
+
+
+@runtime_checkable
+class EnvUpdatingBackend(Protocol):
+    """A backend that can change a running sandbox's command environment.
+
+    Claims need it to apply the claimer's env to a warm member (the local
+    backend rewrites the sandbox.json the executor reads). Without it, a claim
+    that brings env is served cold.
+    """
+
+    async def update_env(self, sandbox_id: str, env: dict[str, str]) -> None: ...
 
 
 class SandboxLifecycle:
@@ -74,17 +110,108 @@ class SandboxLifecycle:
             labels=req.labels,
             env=req.env,
         )
+        return await self._insert_and_create(rec, State.READY)
+
+    async def _insert_and_create(self, rec: SandboxRecord, ready_state: State) -> SandboxRecord:
         try:
             self.store.insert(rec)
         except DuplicateRequestError:
             # Another call with the same request_id won the race.
-            existing = self.store.get_by_request(tenant, req.request_id)
+            existing = self.store.get_by_request(rec.tenant, rec.request_id)
             assert existing is not None
             return await self._settled(existing)
-        task = asyncio.get_running_loop().create_task(self._create_in_backend(rec))
+        task = asyncio.get_running_loop().create_task(self._create_in_backend(rec, ready_state))
         self._creating[rec.id] = task
         task.add_done_callback(lambda _t: self._creating.pop(rec.id, None))
         return await asyncio.shield(task)
+
+    # ---- templates: pool members and claims -----------------------------------
+
+    def _from_template(self, template: Template, now: float) -> SandboxRecord:
+        return SandboxRecord(
+            id=new_sandbox_id(),
+            tenant=POOL_TENANT,
+            template=template.name,
+            image=template.image,
+            cpu_millis=template.cpu_millis,
+            memory_bytes=template.memory_bytes,
+            pids=template.pids,
+            network_mode=template.network_mode,
+            ttl_seconds=template.idle_ttl_seconds,
+            created_at=now,
+            expires_at=now + template.idle_ttl_seconds,
+            env=dict(template.env),
+        )
+
+    async def make_pool_member(self, template: Template) -> SandboxRecord:
+        """Create one unclaimed READY member of ``template``'s pool (FAILED if the backend fails)."""
+        return await self._insert_and_create(
+            self._from_template(template, self.clock()), State.READY
+        )
+
+    async def claim(
+        self, tenant: str, req: ValidatedCreate, template: Template
+    ) -> tuple[SandboxRecord, ClaimOutcome]:
+        """A CLAIMED sandbox of ``template`` for ``tenant``, and where it came from.
+
+        A retried claim (same ``request_id``) returns the sandbox the first one got.
+        """
+        if req.request_id:
+            existing = self.store.get_by_request(tenant, req.request_id)
+            if existing is not None:
+                return await self._settled(existing), "retry"
+        updates_env = isinstance(self.backend, EnvUpdatingBackend)
+        for _ in range(CLAIM_ATTEMPTS if (updates_env or not req.env) else 0):
+            try:
+                rec = self.store.claim(
+                    template.name,
+                    tenant,
+                    request_id=req.request_id,
+                    labels=req.labels,
+                    env=req.env,
+                    ttl_seconds=req.ttl_seconds,
+                    now=self.clock(),
+                )
+            except DuplicateRequestError:
+                existing = self.store.get_by_request(tenant, req.request_id)
+                assert existing is not None
+                return await self._settled(existing), "retry"
+            if rec is None:
+                break
+            if not req.env:
+                return rec, "hit"
+            try:
+                assert isinstance(self.backend, EnvUpdatingBackend)
+                await self.backend.update_env(rec.id, req.env)
+                return rec, "hit"
+            except BackendError as exc:
+                await self._discard_broken_member(rec, exc.message)
+        now = self.clock()
+        cold = replace(
+            self._from_template(template, now),
+            tenant=tenant,
+            request_id=req.request_id,
+            labels=req.labels,
+            env={**template.env, **req.env},
+            ttl_seconds=req.ttl_seconds,
+            expires_at=now + req.ttl_seconds,
+            claimed_at=now,
+        )
+        return await self._insert_and_create(cold, State.CLAIMED), "miss"
+
+    async def _discard_broken_member(self, rec: SandboxRecord, why: str) -> None:
+        """A claimed member could not take the claim: fail it (freeing its request id) and remove it."""
+        log.warning("claimed pool member is broken; discarding", sandbox_id=rec.id, error=why)
+        self.store.release_request(rec.id)
+        broken = rec.with_state(
+            State.FAILED, f"pool member broken at claim: {why}", "infrastructure", "BACKEND_FAILURE"
+        )
+        self.store.set_state(
+            rec.id, broken.state, broken.state_reason, broken.fault, broken.error_reason
+        )
+        # On failure the record stays DELETING and the reaper retries it.
+        with contextlib.suppress(ServiceError):
+            await self.remove(replace(broken, request_id=""), "pool member broken at claim")
 
     async def _settled(self, rec: SandboxRecord) -> SandboxRecord:
         """``rec`` once its create has finished (a retried create gets the final answer)."""
@@ -93,7 +220,7 @@ class SandboxLifecycle:
             return await asyncio.shield(task)
         return rec
 
-    async def _create_in_backend(self, rec: SandboxRecord) -> SandboxRecord:
+    async def _create_in_backend(self, rec: SandboxRecord, ready_state: State) -> SandboxRecord:
         logger = log.bind(sandbox_id=rec.id, tenant=rec.tenant)
         started = time.monotonic()
         spec = SandboxSpec(
@@ -116,20 +243,21 @@ class SandboxLifecycle:
             message = f"backend failure: {exc}"
             self.store.set_state(rec.id, State.FAILED, message, "infrastructure", "BACKEND_FAILURE")
             return rec.with_state(State.FAILED, message, "infrastructure", "BACKEND_FAILURE")
-        self.store.set_state(rec.id, State.READY)
+        self.store.set_state(rec.id, ready_state)
         logger.info(
             "sandbox ready",
             image=rec.image or "(default)",
+            template=rec.template,
             seconds=round(time.monotonic() - started, 4),
         )
-        return rec.with_state(State.READY)
+        return rec.with_state(ready_state)
 
     # ---- read ---------------------------------------------------------------
 
     def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
         """The tenant's sandbox; NOT_FOUND for unknown ids and for other tenants' sandboxes."""
         rec = self.store.get(sandbox_id)
-        if rec is None or rec.tenant != tenant:
+        if rec is None or rec.tenant != tenant or rec.tenant == POOL_TENANT:
             raise not_found(f"sandbox {sandbox_id!r} not found", "SANDBOX_NOT_FOUND")
         return rec
 
@@ -177,7 +305,7 @@ class SandboxLifecycle:
 
     async def delete_all(self, why: str) -> None:
         """Delete every live sandbox of every tenant (``orchard up`` on exit)."""
-        records = self.store.find(states=(State.PENDING, State.READY, State.DELETING, State.FAILED))
+        records = self.store.find(states=LIVE_STATES)
         results = await asyncio.gather(
             *(self.remove(r, why) for r in records), return_exceptions=True
         )
@@ -204,3 +332,8 @@ def failed_create_error(rec: SandboxRecord) -> ServiceError:
             return ServiceError(grpc.StatusCode.NOT_FOUND, "IMAGE_NOT_FOUND", message)
         return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", message)
     return infrastructure(message)
+
+
+def lease_end(rec: SandboxRecord, ttl_seconds: int, now: float, max_lifetime: int) -> float:
+    """The expiry a KeepAlive of ``ttl_seconds`` asks for, capped at ``max_lifetime`` after creation."""
+    return min(now + ttl_seconds, rec.created_at + max_lifetime)

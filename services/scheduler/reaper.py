@@ -58,10 +58,20 @@ class TtlReaper:
         ]
 
         async def one(rec_id: str, why: str) -> bool:
-            rec = store.get(rec_id)
-            if rec is None:
-                return False
             async with self._limit:
+                # Re-read after the wait: a KeepAlive may have extended the lease,
+                # or a claim may have taken a pool member (and reset its expiry),
+                # since the pass listed it. Nothing awaits between this check and
+                # remove() marking it DELETING, so no claim can slip in between.
+                rec = store.get(rec_id)
+                if rec is None or (
+                    rec.state != State.DELETING and rec.expires_at > self.lifecycle.clock()
+                ):
+                    return False
+                if rec.state == State.PENDING and self.lifecycle.is_busy(rec.id):
+                    # Its create is still running: take it on a later pass, once
+                    # settled (waiting here would reopen the window for a claim).
+                    return False
                 try:
                     await self.lifecycle.remove(rec, why)
                 except Exception as exc:

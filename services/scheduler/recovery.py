@@ -6,9 +6,13 @@ the backend what exists on the node. The rules:
 - PENDING in the store (create cut short): remove whatever exists, mark FAILED
   (fault infrastructure: the client never got a READY answer).
 - DELETING in the store: finish the delete, mark DELETED.
-- READY in the store but gone from the backend: FAILED (infrastructure).
+- READY or CLAIMED in the store but gone from the backend: FAILED (infrastructure).
+- READY or CLAIMED and present: adopted as they are (warm pool members too:
+  the pool counts them again at once).
 - FAILED in the store but present in the backend: remove the leftover container.
 - Present in the backend but unknown to the store (or DELETED there): remove.
+- Unclaimed warm pool members no client ever saw: whatever is cut short or
+  gone ends DELETED, not FAILED, so no row lingers for them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 import structlog
 
 from .backends.base import Backend, BackendError
-from .store import SandboxStore, State
+from .store import LIVE_STATES, USABLE_STATES, SandboxStore, State
 
 log = structlog.get_logger("orchard.scheduler")
 
@@ -33,7 +37,9 @@ class RecoveryReport:
 
 async def reconcile(store: SandboxStore, backend: Backend) -> RecoveryReport:
     report = RecoveryReport()
-    present = {b.sandbox_id for b in await backend.list()}
+    listed = await backend.list()
+    present = {b.sandbox_id for b in listed}
+    stopped = {b.sandbox_id for b in listed if not b.running}
     known: set[str] = set()
 
     async def remove(sandbox_id: str) -> bool:
@@ -45,10 +51,19 @@ async def reconcile(store: SandboxStore, backend: Backend) -> RecoveryReport:
             return False
         return True
 
-    for rec in store.find(states=(State.PENDING, State.READY, State.DELETING, State.FAILED)):
+    for rec in store.find(states=LIVE_STATES):
         known.add(rec.id)
         exists = rec.id in present
-        if rec.state == State.PENDING:
+        if rec.in_pool and rec.state != State.READY:
+            if not exists or await remove(rec.id):
+                store.set_state(
+                    rec.id, State.DELETED, "unclaimed pool member cut short by a restart"
+                )
+                report.deleted += 1
+        elif rec.in_pool and not exists:
+            store.set_state(rec.id, State.DELETED, "unclaimed pool member gone at scheduler start")
+            report.deleted += 1
+        elif rec.state == State.PENDING:
             if not exists or await remove(rec.id):
                 store.set_state(
                     rec.id,
@@ -64,7 +79,18 @@ async def reconcile(store: SandboxStore, backend: Backend) -> RecoveryReport:
                     rec.id, State.DELETED, rec.state_reason or "deleted during recovery"
                 )
                 report.deleted += 1
-        elif rec.state == State.READY and not exists:
+        elif rec.state in USABLE_STATES and rec.id in stopped:
+            # The container is there but its init is gone: unusable, remove it.
+            await remove(rec.id)
+            store.set_state(
+                rec.id,
+                State.DELETED if rec.in_pool else State.FAILED,
+                "the sandbox's init had stopped (found at scheduler start)",
+                "infrastructure",
+                "BACKEND_FAILURE",
+            )
+            report.failed += 1
+        elif rec.state in USABLE_STATES and not exists:
             store.set_state(
                 rec.id,
                 State.FAILED,

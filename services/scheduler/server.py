@@ -1,8 +1,8 @@
-"""Wiring and running the scheduler: store, backend, recovery, gRPC server, reaper.
+"""Wiring and running the scheduler: store, backend, recovery, gRPC server, reaper, warm pools.
 
 Start order matters: recovery runs before the port opens, so no client sees a
 half-reconciled state. Stop order is the reverse: stop taking calls (with a
-grace period for those in flight), stop the reaper, optionally delete every
+grace period for those in flight), stop the pool filler and the reaper, optionally delete every
 sandbox, wait for backend work, close the store.
 """
 
@@ -19,17 +19,20 @@ from pathlib import Path
 import grpc
 import structlog
 
-from orchard._proto.orchard.v1 import sandbox_pb2_grpc
+from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.layout import NodeLayout
 from orchard.common.tokens import TokenSigner, load_or_create_key
 
 from .backends.base import Backend, load_backend
 from .lifecycle import SandboxLifecycle
+from .pool_filler import PoolFiller
+from .pool_service import PoolServicer
 from .reaper import TtlReaper
 from .recovery import reconcile
 from .service import SchedulerService
 from .settings import SchedulerSettings
 from .store import SandboxStore
+from .templates import load_templates
 
 log = structlog.get_logger("orchard.scheduler")
 
@@ -64,9 +67,11 @@ class RunningScheduler:
     reaper: TtlReaper
     store: SandboxStore
     store_home: Path
+    pools: PoolFiller
 
     async def stop(self, settings: SchedulerSettings) -> None:
         await self.server.stop(settings.shutdown_grace_seconds)
+        await self.pools.stop()
         await self.reaper.stop()
         if settings.delete_all_on_shutdown:
             await self.lifecycle.delete_all("the scheduler shut down")
@@ -79,6 +84,8 @@ class RunningScheduler:
 async def start(settings: SchedulerSettings, backend: Backend | None = None) -> RunningScheduler:
     layout = NodeLayout(settings.home)
     layout.run.mkdir(parents=True, exist_ok=True)
+    # Read the templates first: a bad file stops the start before anything changes.
+    templates = load_templates(settings.home, settings.limits)
     store = SandboxStore(layout.state_db)
     if backend is None:
         backend = load_backend(settings.backend, settings)
@@ -86,7 +93,11 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(SchedulerService(lifecycle), server)
+    pools = PoolFiller(lifecycle, templates, settings.pools)
+    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(
+        SchedulerService(lifecycle, pools), server
+    )
+    pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolServicer(pools), server)
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise RuntimeError(f"cannot listen on {settings.listen}")
@@ -95,13 +106,15 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     write_address_file(layout.run / "scheduler.addr", address)
     reaper = TtlReaper(lifecycle, settings.reap_interval_seconds)
     reaper.start()
+    pools.start()
     log.info(
         "scheduler serving",
         address=address,
         backend=settings.backend,
         executor=settings.executor_address,
+        templates=sorted(templates),
     )
-    return RunningScheduler(address, server, lifecycle, reaper, store, settings.home)
+    return RunningScheduler(address, server, lifecycle, reaper, store, settings.home, pools)
 
 
 async def serve(settings: SchedulerSettings, on_ready: Callable[[str], None] = print) -> None:

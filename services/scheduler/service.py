@@ -17,10 +17,11 @@ from orchard._proto.orchard.v1 import common_pb2, sandbox_pb2, sandbox_pb2_grpc
 from orchard.common.errors import ServiceError, invalid, not_found, precondition, unauthenticated
 from orchard.common.layout import is_valid_sandbox_id
 
-from .lifecycle import SandboxLifecycle, failed_create_error
+from .lifecycle import SandboxLifecycle, failed_create_error, lease_end
+from .pool_filler import PoolFiller
 from .status import reports_errors
-from .store import SandboxRecord, State
-from .validation import validate_create, validate_labels
+from .store import USABLE_STATES, SandboxRecord, State
+from .validation import validate_create, validate_labels, validate_template_request
 
 TENANT_KEY = "orchard-tenant"
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -71,12 +72,16 @@ def to_proto(
         expires_at=_timestamp(rec.expires_at),
         executor=access,
         tenant=rec.tenant,
+        template=rec.template,
+        fault=rec.fault,
+        ttl_seconds=rec.ttl_seconds,
     )
 
 
 class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
-    def __init__(self, lifecycle: SandboxLifecycle) -> None:
+    def __init__(self, lifecycle: SandboxLifecycle, pools: PoolFiller) -> None:
         self.lifecycle = lifecycle
+        self.pools = pools
 
     def _access(self, rec: SandboxRecord) -> sandbox_pb2.ExecutorAccess:
         address, token, expiry = self.lifecycle.access(rec)
@@ -85,18 +90,23 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         )
 
     def _answer(self, rec: SandboxRecord) -> sandbox_pb2.Sandbox:
-        return to_proto(rec, self._access(rec) if rec.state == State.READY else None)
+        return to_proto(rec, self._access(rec) if rec.state in USABLE_STATES else None)
 
     @reports_errors
     async def CreateSandbox(
         self, request: sandbox_pb2.CreateSandboxRequest, context: Context
     ) -> sandbox_pb2.Sandbox:
         tenant = tenant_of(context)
+        if request.template:
+            validate_template_request(request)
         validated = validate_create(request, self.lifecycle.settings.limits)
-        rec = await self.lifecycle.create(tenant, validated)
+        if request.template:
+            rec = await self.pools.claim(tenant, validated, request.template)
+        else:
+            rec = await self.lifecycle.create(tenant, validated)
         if rec.state == State.FAILED:
             raise failed_create_error(rec)
-        if rec.state != State.READY:
+        if rec.state not in USABLE_STATES:
             raise precondition(f"sandbox {rec.id} is {rec.state.name}", "SANDBOX_NOT_READY")
         return self._answer(rec)
 
@@ -128,11 +138,36 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         self, request: sandbox_pb2.GetSandboxRequest, context: Context
     ) -> sandbox_pb2.ExecutorAccess:
         rec = self.lifecycle.get(tenant_of(context), checked_id(request.id))
-        if rec.state != State.READY:
+        if rec.state not in USABLE_STATES:
             raise precondition(
                 f"sandbox {rec.id} is {rec.state.name}, not READY", "SANDBOX_NOT_READY"
             )
         return self._access(rec)
+
+    @reports_errors
+    async def KeepAlive(
+        self, request: sandbox_pb2.KeepAliveRequest, context: Context
+    ) -> sandbox_pb2.Sandbox:
+        rec = self.lifecycle.get(tenant_of(context), checked_id(request.id))
+        limits = self.lifecycle.settings.limits
+        ttl = request.ttl_seconds or rec.ttl_seconds
+        if not 1 <= ttl <= limits.max_ttl_seconds:
+            raise invalid(
+                f"ttl_seconds must be between 1 and {limits.max_ttl_seconds} (got {ttl}); "
+                "0 means the sandbox's own ttl"
+            )
+        if rec.state not in USABLE_STATES:
+            raise precondition(
+                f"sandbox {rec.id} is {rec.state.name}; only a running sandbox has a lease",
+                "SANDBOX_NOT_READY",
+            )
+        now = self.lifecycle.clock()
+        extended = self.lifecycle.store.extend_lease(
+            rec.id, lease_end(rec, ttl, now, limits.max_ttl_seconds)
+        )
+        if extended is None:  # deleted or reaped since the read above
+            raise precondition(f"sandbox {rec.id} is no longer running", "SANDBOX_NOT_READY")
+        return self._answer(extended)
 
     @reports_errors
     async def ListImages(

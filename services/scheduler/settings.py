@@ -38,6 +38,26 @@ class CreateLimits:
 
 
 @dataclass(frozen=True)
+class PoolSettings:
+    """How warm pools are kept (see ``pools.WarmPool`` for the target formula)."""
+
+    tick_seconds: float = 0.5
+    """How often the filler re-checks every pool (claims and hints also wake it at once)."""
+    parallel_creates: int = 4
+    """Member creates in flight at once, over all pools: leaves backend slots for cold creates."""
+    scale_down_delay_seconds: float = 30.0
+    """A pool holds more than its target this long before the surplus is removed."""
+    rate_window_seconds: float = 30.0
+    """Time constant of the claim-rate EWMA."""
+    headroom: float = 2.0
+    """Ready members per claim expected during one refill."""
+    hint_hold_seconds: float = 60.0
+    """A hint stays live this long past its arrival time unless claims use it up first."""
+    max_failure_backoff_seconds: float = 60.0
+    """After failed member creates a pool waits, doubling up to this, before trying again."""
+
+
+@dataclass(frozen=True)
 class SchedulerSettings:
     home: Path
     """Node home (layout.NodeLayout): state.db and secrets/token.key live here."""
@@ -60,3 +80,4 @@ class SchedulerSettings:
     shutdown_grace_seconds: float = 5.0
     """How long in-flight calls get to finish on shutdown."""
     limits: CreateLimits = field(default_factory=CreateLimits)
+    pools: PoolSettings = field(default_factory=PoolSettings)

@@ -27,9 +27,15 @@ class State(IntEnum):
     DELETING = 3
     DELETED = 4
     FAILED = 5
+    CLAIMED = 6
 
 
-LIVE_STATES = (State.PENDING, State.READY, State.DELETING, State.FAILED)
+LIVE_STATES = (State.PENDING, State.READY, State.CLAIMED, State.DELETING, State.FAILED)
+# States in which a sandbox runs and its owner may use it.
+USABLE_STATES = (State.READY, State.CLAIMED)
+# The tenant of a warm pool member until a claim gives it one. Real tenants
+# match ``[A-Za-z0-9][A-Za-z0-9._-]*``, so the empty name can never collide.
+POOL_TENANT = ""
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,16 @@ class SandboxRecord:
     request_id: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    # The template it was made from ("" for a plain create); with tenant
+    # POOL_TENANT and state READY it is an unclaimed warm pool member.
+    template: str = ""
+    # When a client claimed it (0: never claimed).
+    claimed_at: float = 0.0
+
+    @property
+    def in_pool(self) -> bool:
+        """An unclaimed warm pool member (no client can see it)."""
+        return bool(self.template) and self.tenant == POOL_TENANT
 
     def with_state(
         self, state: State, reason: str = "", fault: str = "", error_reason: str = ""
@@ -88,12 +104,19 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX sandboxes_tenant_state ON sandboxes (tenant, state);
     CREATE INDEX sandboxes_expiry ON sandboxes (state, expires_at);
     """,
+    # 1 -> 2: templates and warm pools
+    """
+    ALTER TABLE sandboxes ADD COLUMN template TEXT NOT NULL DEFAULT '';
+    ALTER TABLE sandboxes ADD COLUMN claimed_at REAL NOT NULL DEFAULT 0;
+    CREATE INDEX sandboxes_pool ON sandboxes (template, state, tenant, created_at);
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
     "id, tenant, request_id, image, cpu_millis, memory_bytes, pids, network_mode, ttl_seconds,"
-    " labels, env, state, state_reason, fault, error_reason, created_at, expires_at"
+    " labels, env, state, state_reason, fault, error_reason, created_at, expires_at,"
+    " template, claimed_at"
 )
 
 
@@ -150,6 +173,8 @@ class SandboxStore:
             error_reason,
             created,
             expires,
+            template,
+            claimed_at,
         ) = row
         return SandboxRecord(
             id=str(sid),
@@ -169,16 +194,19 @@ class SandboxStore:
             error_reason=str(error_reason),
             created_at=float(created),  # type: ignore[arg-type]
             expires_at=float(expires),  # type: ignore[arg-type]
+            template=str(template),
+            claimed_at=float(claimed_at),  # type: ignore[arg-type]
         )
 
     def insert(self, rec: SandboxRecord) -> None:
         try:
             self._db.execute(
-                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     rec.id, rec.tenant, rec.request_id, rec.image, rec.cpu_millis, rec.memory_bytes,
                     rec.pids, rec.network_mode, rec.ttl_seconds, json.dumps(rec.labels), json.dumps(rec.env),
                     int(rec.state), rec.state_reason, rec.fault, rec.error_reason, rec.created_at, rec.expires_at,
+                    rec.template, rec.claimed_at,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError as exc:
@@ -196,6 +224,10 @@ class SandboxStore:
             "UPDATE sandboxes SET state = ?, state_reason = ?, fault = ?, error_reason = ? WHERE id = ?",
             (int(state), reason, fault, error_reason, sandbox_id),
         )
+
+    def release_request(self, sandbox_id: str) -> None:
+        """Forget a record's request id (a claim that failed hands it to the next try)."""
+        self._db.execute("UPDATE sandboxes SET request_id = '' WHERE id = ?", (sandbox_id,))
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         row = self._db.execute(
@@ -215,14 +247,18 @@ class SandboxStore:
         tenant: str | None = None,
         states: Iterable[State] = LIVE_STATES,
         labels: dict[str, str] | None = None,
+        template: str | None = None,
     ) -> list[SandboxRecord]:
-        """Records in ``states`` (of ``tenant``, if given) carrying all ``labels``, oldest first."""
+        """Records in ``states`` (of ``tenant``/``template``, if given) carrying all ``labels``, oldest first."""
         wanted = [int(s) for s in states]
         sql = f"SELECT {_COLUMNS} FROM sandboxes WHERE state IN ({','.join('?' * len(wanted))})"
         args: list[object] = list(wanted)
         if tenant is not None:
             sql += " AND tenant = ?"
             args.append(tenant)
+        if template is not None:
+            sql += " AND template = ?"
+            args.append(template)
         for key, value in (labels or {}).items():
             sql += " AND json_extract(labels, ?) = ?"
             args.extend((f'$."{key}"', value))
@@ -232,8 +268,8 @@ class SandboxStore:
     def expired(self, now: float) -> list[SandboxRecord]:
         """Sandboxes past their expiry that still hold (or may hold) a container."""
         rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM sandboxes WHERE state IN (?, ?, ?) AND expires_at <= ?",
-            (int(State.PENDING), int(State.READY), int(State.FAILED), now),
+            f"SELECT {_COLUMNS} FROM sandboxes WHERE state IN (?, ?, ?, ?) AND expires_at <= ?",
+            (int(State.PENDING), int(State.READY), int(State.CLAIMED), int(State.FAILED), now),
         ).fetchall()
         return [self._row(r) for r in rows]
 
@@ -243,3 +279,82 @@ class SandboxStore:
             "DELETE FROM sandboxes WHERE state = ? AND expires_at < ?", (int(State.DELETED), before)
         )
         return cur.rowcount
+
+    # ---- warm pools and leases ------------------------------------------------
+
+    def claim(
+        self,
+        template: str,
+        tenant: str,
+        *,
+        request_id: str,
+        labels: dict[str, str],
+        env: dict[str, str],
+        ttl_seconds: int,
+        now: float,
+    ) -> SandboxRecord | None:
+        """Adopt the oldest ready member of ``template``'s pool for ``tenant``, or None.
+
+        One UPDATE statement picks and takes the member: SQLite runs a statement
+        under the database's write lock, and the WHERE clause re-checks that the
+        row is still READY and pool-owned (a compare-and-set), so two claims (from
+        coroutines, threads or processes on the same file) never get the same
+        sandbox. The claim's env is merged over the member's (``json_patch``);
+        labels, ttl and the owner are replaced.
+        """
+        try:
+            row = self._db.execute(
+                f"""
+                UPDATE sandboxes SET state = ?, tenant = ?, request_id = ?, labels = ?,
+                    env = json_patch(env, ?), ttl_seconds = ?, expires_at = ?, claimed_at = ?
+                WHERE id = (
+                    SELECT id FROM sandboxes WHERE template = ? AND state = ? AND tenant = ?
+                    ORDER BY created_at, id LIMIT 1
+                ) AND state = ? AND tenant = ?
+                RETURNING {_COLUMNS}
+                """,
+                (
+                    int(State.CLAIMED), tenant, request_id, json.dumps(labels), json.dumps(env),
+                    ttl_seconds, now + ttl_seconds, now,
+                    template, int(State.READY), POOL_TENANT, int(State.READY), POOL_TENANT,
+                ),
+            ).fetchone()  # fmt: skip
+        except sqlite3.IntegrityError as exc:
+            raise DuplicateRequestError(request_id) from exc
+        return None if row is None else self._row(row)
+
+    def extend_lease(self, sandbox_id: str, expires_at: float) -> SandboxRecord | None:
+        """Move a usable sandbox's expiry forward to ``expires_at`` (never back)."""
+        row = self._db.execute(
+            f"UPDATE sandboxes SET expires_at = MAX(expires_at, ?) "
+            f"WHERE id = ? AND state IN (?, ?) RETURNING {_COLUMNS}",
+            (expires_at, sandbox_id, *map(int, USABLE_STATES)),
+        ).fetchone()
+        return None if row is None else self._row(row)
+
+    def retire_pool_member(self, sandbox_id: str, why: str) -> SandboxRecord | None:
+        """Mark an unclaimed READY member DELETING, unless a claim took it first (compare-and-set)."""
+        row = self._db.execute(
+            f"UPDATE sandboxes SET state = ?, state_reason = ? "
+            f"WHERE id = ? AND state = ? AND tenant = ? RETURNING {_COLUMNS}",
+            (int(State.DELETING), why, sandbox_id, int(State.READY), POOL_TENANT),
+        ).fetchone()
+        return None if row is None else self._row(row)
+
+    def pool_counts(self) -> dict[str, dict[str, int]]:
+        """Per template: how many sandboxes are "ready" and "pending" in the pool, and "claimed"."""
+        counts: dict[str, dict[str, int]] = {}
+        rows = self._db.execute(
+            "SELECT template, state, tenant = ?, COUNT(*) FROM sandboxes"
+            " WHERE template != '' AND state IN (?, ?, ?) GROUP BY 1, 2, 3",
+            (POOL_TENANT, int(State.PENDING), int(State.READY), int(State.CLAIMED)),
+        ).fetchall()
+        for template, state, pooled, n in rows:
+            entry = counts.setdefault(str(template), {"ready": 0, "pending": 0, "claimed": 0})
+            if not pooled:
+                entry["claimed"] += int(n)
+            elif int(state) == State.READY:
+                entry["ready"] += int(n)
+            elif int(state) == State.PENDING:
+                entry["pending"] += int(n)
+        return counts

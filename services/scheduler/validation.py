@@ -171,4 +171,31 @@ def validate_create(
     )
 
 
-__all__ = ["ServiceError", "ValidatedCreate", "validate_create", "validate_env", "validate_labels"]
+def validate_template_request(request: sandbox_pb2.CreateSandboxRequest) -> None:
+    """A create naming a template leaves image, resources and network to the template."""
+    res = request.resources
+    net = request.network
+    given = [
+        name
+        for name, present in (
+            ("image", bool(request.image)),
+            ("resources", bool(res.cpu_millis or res.memory_bytes or res.pids)),
+            ("network", bool(net.mode or net.cidrs or net.ports or net.domains)),
+        )
+        if present
+    ]
+    if given:
+        raise invalid(
+            f"{', '.join(given)}: set by the template {request.template[:80]!r}; "
+            "leave them unset when creating from a template"
+        )
+
+
+__all__ = [
+    "ServiceError",
+    "ValidatedCreate",
+    "validate_create",
+    "validate_env",
+    "validate_labels",
+    "validate_template_request",
+]

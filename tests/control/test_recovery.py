@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from orchard.scheduler.backends.base import SandboxSpec
-from orchard.scheduler.store import SandboxRecord, SandboxStore, State
+from orchard.scheduler.store import SCHEMA_VERSION, SandboxRecord, SandboxStore, State
 
 from .conftest import start_control_plane
 from .fake_backend import FakeBackend
@@ -26,7 +26,7 @@ def _record(sandbox_id: str, state: State) -> SandboxRecord:
 
 def test_recovery_reconciles_store_and_backend(tmp_path: Path) -> None:
     store = SandboxStore(tmp_path / "state.db")
-    assert store.schema_version == 1
+    assert store.schema_version == SCHEMA_VERSION
     for sid, state in [
         ("sb-pendingalive", State.PENDING),
         ("sb-readyalive00", State.READY),
