@@ -25,7 +25,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -121,6 +121,16 @@ class LocalBackend:
     async def inspect(self, sandbox_id: str) -> BackendSandbox | None:
         check_sandbox_id(sandbox_id)
         return await self._in_thread(lambda: self._inspect_sync(sandbox_id))
+
+    async def update_env(self, sandbox_id: str, env: dict[str, str]) -> None:
+        """Merge ``env`` over a running sandbox's command environment (a warm pool claim).
+
+        Rewrites sandbox.json atomically (a new inode), so the executor's next
+        lookup sees the new env; commands already running keep theirs.
+        """
+        check_sandbox_id(sandbox_id)
+        async with self._id_lock(sandbox_id):
+            await self._in_thread(lambda: _merge_env(self.layout.sandbox(sandbox_id), env))
 
     async def images(self) -> builtins.list[ImageInfo]:
         default = self.settings.default_image
@@ -300,6 +310,21 @@ class LocalBackend:
             if sandbox is not None:
                 found.append(sandbox)
         return found
+
+
+def _merge_env(sandbox: SandboxLayout, env: dict[str, str]) -> None:
+    try:
+        meta = SandboxMeta.from_json(sandbox.meta_file.read_text())
+    except FileNotFoundError:
+        raise BackendError.failure(f"sandbox {sandbox.sandbox_id} has no sandbox.json") from None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise BackendError.failure(
+            f"sandbox {sandbox.sandbox_id}: unreadable sandbox.json: {err}"
+        ) from err
+    if meta.init_pid and not _alive(meta.init_pid):
+        # A member whose container died while it waited must not be handed out.
+        raise BackendError.failure(f"sandbox {sandbox.sandbox_id}: its init is not running")
+    replace(meta, env={**meta.env, **env}).write(sandbox.meta_file)
 
 
 def _kill_cgroup_processes(sandbox_id: str) -> None:
