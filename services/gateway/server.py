@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import grpc
 import structlog
 
-from orchard._proto.orchard.v1 import sandbox_pb2_grpc
+from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.layout import NodeLayout
 
 from .auth import KEY_FILE, ApiKeyAuth, ensure_dev_key
-from .service import GatewayService
+from .service import GatewayPoolService, GatewayService
 from .settings import GatewaySettings
 
 log = structlog.get_logger("orchard.gateway")
@@ -59,9 +59,9 @@ async def start(settings: GatewaySettings) -> RunningGateway:
             log.info("dev API key", path=str(dev_key))
     channel = grpc.aio.insecure_channel(settings.scheduler, options=CHANNEL_OPTIONS)
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(
-        GatewayService(ApiKeyAuth(settings.home / KEY_FILE), channel), server
-    )
+    sandboxes = GatewayService(ApiKeyAuth(settings.home / KEY_FILE), channel)
+    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(sandboxes, server)
+    pools_pb2_grpc.add_PoolServiceServicer_to_server(GatewayPoolService(sandboxes, channel), server)
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise RuntimeError(f"cannot listen on {settings.listen}")

@@ -15,7 +15,7 @@ import grpc
 import structlog
 from google.protobuf.message import Message
 
-from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
+from orchard._proto.orchard.v1 import pools_pb2, pools_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
 from orchard.common.errors import FAULT_KEY, REASON_KEY, ServiceError
 
 from .auth import ApiKeyAuth
@@ -96,3 +96,24 @@ class GatewayService(sandbox_pb2_grpc.SandboxServiceServicer):
         self, request: sandbox_pb2.ListImagesRequest, context: Context
     ) -> sandbox_pb2.ListImagesResponse:
         return await self._forward(self.stub.ListImages, request, context)
+
+    async def KeepAlive(
+        self, request: sandbox_pb2.KeepAliveRequest, context: Context
+    ) -> sandbox_pb2.Sandbox:
+        return await self._forward(self.stub.KeepAlive, request, context)
+
+
+class GatewayPoolService(pools_pb2_grpc.PoolServiceServicer):
+    """PoolService (list pools, demand hints), forwarded like the sandbox calls."""
+
+    def __init__(self, sandboxes: GatewayService, scheduler: grpc.aio.Channel) -> None:
+        self.sandboxes = sandboxes
+        self.stub = pools_pb2_grpc.PoolServiceStub(scheduler)
+
+    async def ListPools(
+        self, request: pools_pb2.ListPoolsRequest, context: Context
+    ) -> pools_pb2.ListPoolsResponse:
+        return await self.sandboxes._forward(self.stub.ListPools, request, context)
+
+    async def Hint(self, request: pools_pb2.DemandHint, context: Context) -> pools_pb2.HintResponse:
+        return await self.sandboxes._forward(self.stub.Hint, request, context)
