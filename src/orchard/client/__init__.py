@@ -29,6 +29,7 @@ from ._errors import (
     SessionError,
 )
 from ._models import ExecEvent, ExecResult, ExecStatus, ImageInfo, OutputChunk, SandboxInfo
+from ._pools import PoolInfo, async_hint, async_list_pools, hint, list_pools
 from ._sync import Sandbox, Session
 from ._tar import DownloadResult
 
@@ -54,6 +55,7 @@ __all__ = [
     "PathEscapeError",
     "PathNotFoundError",
     "PermissionDeniedError",
+    "PoolInfo",
     "QuotaExceededError",
     "Sandbox",
     "SandboxError",
@@ -64,4 +66,8 @@ __all__ = [
     "ServiceUnavailableError",
     "Session",
     "SessionError",
+    "async_hint",
+    "async_list_pools",
+    "hint",
+    "list_pools",
 ]

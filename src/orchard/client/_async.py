@@ -72,17 +72,28 @@ class AsyncSandbox(SandboxCore):
         request_id: str | None = None,
         pids: int | None = None,
         timeout: float | None = 120.0,  # noqa: ASYNC109 (the call's deadline)
+        template: str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
     ) -> AsyncSandbox:
         """See :meth:`Sandbox.create` (same arguments and units)."""
         config = ClientConfig.resolve(endpoint, api_key)
         request = _requests.create_request(
-            image, cpu, memory, network, ttl, labels, env, request_id, pids
+            image, cpu, memory, network, ttl, labels, env, request_id, pids, template
         )
         with translate_errors():
             msg = await _control(config).CreateSandbox(
                 request, metadata=api_metadata(config), timeout=timeout
             )
-        return cls(msg, config)
+        sandbox = cls(msg, config)
+        if files:
+            try:
+                for path, data in files.items():
+                    await sandbox.write_file(path, data)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await sandbox.delete()
+                raise
+        return sandbox
 
     @classmethod
     async def connect(
@@ -134,6 +145,15 @@ class AsyncSandbox(SandboxCore):
         with translate_errors():
             msg = await _control(self.config).GetSandbox(
                 self._get_request(), metadata=api_metadata(self.config)
+            )
+        self._remember(msg)
+        return self._info
+
+    async def keepalive(self, ttl: _values.Ttl | None = None) -> SandboxInfo:
+        """See :meth:`Sandbox.keepalive`."""
+        with translate_errors():
+            msg = await _control(self.config).KeepAlive(
+                _requests.keepalive_request(self.id, ttl), metadata=api_metadata(self.config)
             )
         self._remember(msg)
         return self._info

@@ -8,7 +8,7 @@ from typing import Literal
 
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
 
-SandboxState = Literal["pending", "ready", "deleting", "deleted", "failed", "unknown"]
+SandboxState = Literal["pending", "ready", "claimed", "deleting", "deleted", "failed", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,10 @@ class SandboxInfo:
     created_at: dt.datetime | None = None
     expires_at: dt.datetime | None = None
     tenant: str = ""
+    template: str = ""
+    """The template it was claimed from ("" for a plain create)."""
+    fault: str = ""
+    """For "failed": "client", "task" or "infrastructure" (drop the rollout)."""
 
 
 _STATES: dict[int, SandboxState] = {
@@ -98,6 +102,7 @@ _STATES: dict[int, SandboxState] = {
     sandbox_pb2.DELETING: "deleting",
     sandbox_pb2.DELETED: "deleted",
     sandbox_pb2.FAILED: "failed",
+    sandbox_pb2.CLAIMED: "claimed",
 }
 
 
@@ -122,6 +127,8 @@ def sandbox_info(msg: sandbox_pb2.Sandbox) -> SandboxInfo:
         created_at=_time(msg.created_at),
         expires_at=_time(msg.expires_at),
         tenant=msg.tenant,
+        template=msg.template,
+        fault=msg.fault,
     )
 
 

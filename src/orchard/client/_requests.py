@@ -30,6 +30,7 @@ def create_request(
     env: Mapping[str, str] | None = None,
     request_id: str | None = None,
     pids: int | None = None,
+    template: str | None = None,
 ) -> sandbox_pb2.CreateSandboxRequest:
     return sandbox_pb2.CreateSandboxRequest(
         image=image or "",
@@ -43,7 +44,12 @@ def create_request(
         labels=dict(labels or {}),
         env=dict(env or {}),
         request_id=request_id or "",
+        template=template or "",
     )
+
+
+def keepalive_request(sandbox_id: str, ttl: _values.Ttl | None) -> sandbox_pb2.KeepAliveRequest:
+    return sandbox_pb2.KeepAliveRequest(id=sandbox_id, ttl_seconds=_values.ttl_seconds(ttl))
 
 
 def exec_start(

@@ -67,6 +67,8 @@ class Sandbox(SandboxCore):
         request_id: str | None = None,
         pids: int | None = None,
         timeout: float | None = 120.0,
+        template: str | None = None,
+        files: Mapping[str, _requests.FileData] | None = None,
     ) -> Sandbox:
         """Create a sandbox and wait until it is READY.
 
@@ -75,16 +77,29 @@ class Sandbox(SandboxCore):
         deletes it; ``network`` is ``"none"`` (default); ``pids`` caps processes and threads. Unset values take the
         server's defaults. A retried call with the same ``request_id`` returns the
         same sandbox.
+
+        ``template`` claims a warm sandbox of that template (image, resources and
+        network come from it; leave them unset); ``env``, ``labels``, ``ttl`` and
+        ``files`` (path -> content, written before this returns) apply to the claim.
         """
         config = ClientConfig.resolve(endpoint, api_key)
         request = _requests.create_request(
-            image, cpu, memory, network, ttl, labels, env, request_id, pids
+            image, cpu, memory, network, ttl, labels, env, request_id, pids, template
         )
         with translate_errors():
             msg = _control(config).CreateSandbox(
                 request, metadata=api_metadata(config), timeout=timeout
             )
-        return cls(msg, config)
+        sandbox = cls(msg, config)
+        if files:
+            try:
+                for path, data in files.items():
+                    sandbox.write_file(path, data)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    sandbox.delete()
+                raise
+        return sandbox
 
     @classmethod
     def connect(
@@ -137,6 +152,19 @@ class Sandbox(SandboxCore):
         with translate_errors():
             msg = _control(self.config).GetSandbox(
                 self._get_request(), metadata=api_metadata(self.config)
+            )
+        self._remember(msg)
+        return self._info
+
+    def keepalive(self, ttl: _values.Ttl | None = None) -> SandboxInfo:
+        """Extend the lease: the sandbox now expires ``ttl`` seconds from now (default: its own ttl).
+
+        Long jobs call this now and then (a heartbeat) instead of asking for a
+        long ttl up front, so a crashed trainer's sandboxes are reaped soon.
+        """
+        with translate_errors():
+            msg = _control(self.config).KeepAlive(
+                _requests.keepalive_request(self.id, ttl), metadata=api_metadata(self.config)
             )
         self._remember(msg)
         return self._info
