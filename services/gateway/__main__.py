@@ -1,7 +1,9 @@
-"""``python -m orchard.gateway --home H --listen ADDR --scheduler ADDR``.
+"""``python -m orchard.gateway --home H --listen ADDR --scheduler ADDR [--http-listen ADDR] [--metrics-listen ADDR]``.
 
 Prints the address it serves on once ready and writes it to
-``<home>/run/gateway.addr`` (where the SDK and CLI look for the endpoint).
+``<home>/run/gateway.addr`` (where the SDK and CLI look for the endpoint); the
+REST front's address goes to ``run/gateway-http.addr`` and the metrics port's
+to ``run/gateway.metrics.addr``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from pathlib import Path
 import uvloop
 
 from orchard.common.layout import orchard_home
+from orchard.common.logging import configure_logging
+from orchard.common.tracing import configure_tracing
 
-from .logs import configure_logging
 from .server import serve
 from .settings import GatewaySettings
 
@@ -34,18 +37,36 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
     parser.add_argument(
         "--no-dev-key", action="store_true", help="do not create the dev tenant's key"
     )
+    parser.add_argument(
+        "--http-listen", default=None, help="serve the REST/JSON front here (port 0: a free one)"
+    )
+    parser.add_argument(
+        "--metrics-listen", default=None, help="serve Prometheus /metrics here (port 0: a free one)"
+    )
+    parser.add_argument(
+        "--create-slots",
+        type=int,
+        default=8,
+        help="creates forwarded at once; the rest wait in the fair per-tenant queue",
+    )
     args = parser.parse_args(argv)
+    if args.create_slots < 1:
+        parser.error("--create-slots must be >= 1")
     return GatewaySettings(
         home=args.home or orchard_home(),
         scheduler=args.scheduler,
         listen=args.listen,
         create_dev_key=not args.no_dev_key,
+        http_listen=args.http_listen,
+        metrics_listen=args.metrics_listen,
+        create_slots=args.create_slots,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
-    configure_logging()
+    configure_logging("gateway")
+    configure_tracing("orchard-gateway")
     uvloop.install()
 
     def ready(address: str) -> None:

@@ -1,4 +1,4 @@
-"""Running the gateway: key set-up, the scheduler channel, the public server."""
+"""Running the gateway: key set-up, the scheduler channel, the public gRPC and REST fronts."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import structlog
 
-from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.layout import NodeLayout
+from orchard.common.metrics import serve_metrics
+from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
+from orchard.common.quotas import QUOTA_FILE, QuotaFile
 
 from .auth import KEY_FILE, ApiKeyAuth, ensure_dev_key
-from .service import GatewayPoolService, GatewayService
+from .rest import RunningRest, start_rest
+from .service import GatewayService, forwarding_handler
 from .settings import GatewaySettings
 
 log = structlog.get_logger("orchard.gateway")
@@ -40,13 +44,29 @@ def public_address(listen: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+def _write_address(path: Path, address: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(address + "\n")
+    os.replace(tmp, path)
+
+
 @dataclass
 class RunningGateway:
     address: str
     server: grpc.aio.Server
     channel: grpc.aio.Channel
+    service: GatewayService
+    rest: RunningRest | None = None
+    metrics_address: str | None = None
+
+    @property
+    def http_address(self) -> str | None:
+        return None if self.rest is None else self.rest.address
 
     async def stop(self, grace: float) -> None:
+        if self.rest is not None:
+            await self.rest.stop()
         await self.server.stop(grace)
         await self.channel.close(None)
         log.info("gateway stopped")
@@ -57,23 +77,42 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         dev_key = ensure_dev_key(settings.home)
         if dev_key is not None:
             log.info("dev API key", path=str(dev_key))
-    channel = grpc.aio.insecure_channel(settings.scheduler, options=CHANNEL_OPTIONS)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
-    sandboxes = GatewayService(ApiKeyAuth(settings.home / KEY_FILE), channel)
-    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(sandboxes, server)
-    pools_pb2_grpc.add_PoolServiceServicer_to_server(GatewayPoolService(sandboxes, channel), server)
+    channel = grpc.aio.insecure_channel(
+        settings.scheduler,
+        options=CHANNEL_OPTIONS,
+        interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
+    )
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[ServerObservability("gateway")])
+    service = GatewayService(
+        ApiKeyAuth(settings.home / KEY_FILE),
+        channel,
+        QuotaFile(settings.home / QUOTA_FILE),
+        create_slots=settings.create_slots,
+    )
+    server.add_generic_rpc_handlers((forwarding_handler(service),))
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise RuntimeError(f"cannot listen on {settings.listen}")
     await server.start()
     address = public_address(settings.listen, port)
     run = NodeLayout(settings.home).run
-    run.mkdir(parents=True, exist_ok=True)
-    tmp = run / "gateway.addr.tmp"
-    tmp.write_text(address + "\n")
-    os.replace(tmp, run / "gateway.addr")
-    log.info("gateway serving", address=address, scheduler=settings.scheduler)
-    return RunningGateway(address, server, channel)
+    running = RunningGateway(address, server, channel, service)
+    if settings.http_listen is not None:
+        running.rest = await start_rest(settings.http_listen, address)
+        _write_address(run / "gateway-http.addr", running.rest.address)
+    if settings.metrics_listen is not None:
+        running.metrics_address = serve_metrics(
+            settings.metrics_listen, run / "gateway.metrics.addr"
+        )
+    _write_address(run / "gateway.addr", address)
+    log.info(
+        "gateway serving",
+        address=address,
+        http=running.http_address,
+        metrics=running.metrics_address,
+        scheduler=settings.scheduler,
+    )
+    return running
 
 
 async def serve(settings: GatewaySettings, on_ready: Callable[[str], None] = print) -> None:

@@ -1,31 +1,50 @@
-"""GatewayService: authenticate, then forward SandboxService calls to the scheduler.
+"""GatewayService: authenticate, admit, then forward control-plane calls to the scheduler.
+
+The handlers are derived from the service descriptors in protos/ (every
+unary method of ``orchard.v1.SandboxService``, and of any other service
+passed to :func:`forwarding_handler`), so an RPC added to the proto is served
+here without a line of gateway code. Each call:
+
+1. checks the API key (``auth.ApiKeyAuth``) -> tenant, bound to the call's logs;
+2. for CreateSandbox only: the tenant's create-rate bucket, then a slot of the
+   fair create queue (``admission``); over the rate -> RESOURCE_EXHAUSTED with a
+   ``retry-after`` hint;
+3. forwards to the scheduler with ``orchard-tenant`` and ``orchard-quota``
+   metadata (the scheduler enforces the sandbox/cpu/memory totals and puts
+   the exec quota into the data-plane token) and the caller's deadline.
 
 Errors from the scheduler pass through unchanged (status, message and the
-``orchard-reason`` / ``orchard-fault`` trailers); a scheduler that cannot be
-reached is UNAVAILABLE with fault ``infrastructure``. The caller's deadline is
-forwarded, so a call never outlives its client.
+``orchard-reason`` / ``orchard-fault`` / ``retry-after`` trailers); a scheduler
+that cannot be reached is UNAVAILABLE with fault ``infrastructure``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import structlog
+from google.protobuf import message_factory
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 
-from orchard._proto.orchard.v1 import pools_pb2, pools_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
-from orchard.common.errors import FAULT_KEY, REASON_KEY, ServiceError
+from orchard._proto.orchard.v1 import sandbox_pb2
+from orchard.common.errors import FAULT_KEY, REASON_KEY, RETRY_AFTER_KEY, ServiceError
+from orchard.common.logging import bind_call
+from orchard.common.metrics import count_quota_rejection, observe_phase
+from orchard.common.quotas import QUOTA_KEY, Quota, QuotaFile
 
+from .admission import FairCreateQueue, RateLimiter
 from .auth import ApiKeyAuth
 
 log = structlog.get_logger("orchard.gateway")
 
 TENANT_KEY = "orchard-tenant"
+PASSED_TRAILERS = (REASON_KEY, FAULT_KEY, RETRY_AFTER_KEY)
+SANDBOX_SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"]
 Context = grpc.aio.ServicerContext[Any, Any]
-Req = TypeVar("Req", bound=Message)
-Resp = TypeVar("Resp", bound=Message)
 
 
 def _pairs(metadata: Any) -> list[tuple[str, str]]:
@@ -33,87 +52,151 @@ def _pairs(metadata: Any) -> list[tuple[str, str]]:
     return [(str(k), str(v)) for k, v in (metadata or ())]
 
 
-class GatewayService(sandbox_pb2_grpc.SandboxServiceServicer):
-    def __init__(self, auth: ApiKeyAuth, scheduler: grpc.aio.Channel) -> None:
-        self.auth = auth
-        self.stub = sandbox_pb2_grpc.SandboxServiceStub(scheduler)
+def message_class(descriptor: Any) -> type[Message]:
+    cls: type[Message] = message_factory.GetMessageClass(descriptor)
+    return cls
 
-    async def _forward(
+
+async def abort_with(context: Context, error: ServiceError) -> None:
+    context.set_trailing_metadata(error.trailing_metadata())
+    await context.abort(error.code, error.message)
+
+
+class GatewayService:
+    """The gateway's control-plane front: auth, quotas, fair admission, forwarding."""
+
+    def __init__(
         self,
-        call: Callable[..., Awaitable[Resp]],
+        auth: ApiKeyAuth,
+        scheduler: grpc.aio.Channel,
+        quotas: QuotaFile,
+        create_slots: int = 8,
+    ) -> None:
+        self.auth = auth
+        self.channel = scheduler
+        self.quotas = quotas
+        self.rates = RateLimiter()
+        self.create_queue = FairCreateQueue(create_slots)
+        self._calls: dict[str, Callable[..., Any]] = {}
+        self._quota_error_logged = ""
+
+    # ---- per call ---------------------------------------------------------------
+
+    def caller(self, context: Context) -> tuple[str, Quota]:
+        """The tenant whose API key the call carries, and its quota (ServiceError if refused)."""
+        metadata = dict(_pairs(context.invocation_metadata()))
+        tenant = self.auth.tenant_for(metadata.get("authorization"))
+        bind_call(tenant=tenant)
+        quota = self.quotas.for_tenant(tenant)
+        if self.quotas.error and self.quotas.error != self._quota_error_logged:
+            self._quota_error_logged = self.quotas.error
+            log.error(
+                "quotas.json is invalid; keeping the last good quotas", error=self.quotas.error
+            )
+        return tenant, quota
+
+    def _upstream(self, full_method: str, response_cls: type[Message]) -> Callable[..., Any]:
+        call = self._calls.get(full_method)
+        if call is None:
+            call = self._calls[full_method] = self.channel.unary_unary(
+                full_method,
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=response_cls.FromString,
+            )
+        return call
+
+    async def forward(
+        self,
+        full_method: str,
+        response_cls: type[Message],
         request: Message,
         context: Context,
-    ) -> Resp:
+        tenant: str,
+        quota: Quota,
+    ) -> Message:
+        metadata = ((TENANT_KEY, tenant), (QUOTA_KEY, quota.to_metadata()))
         try:
-            metadata = dict(_pairs(context.invocation_metadata()))
-            authorization = metadata.get("authorization")
-            tenant = self.auth.tenant_for(authorization)
-        except ServiceError as exc:
-            context.set_trailing_metadata(exc.trailing_metadata())
-            await context.abort(exc.code, exc.message)
-        remaining = context.time_remaining()
-        try:
-            return await call(request, metadata=((TENANT_KEY, tenant),), timeout=remaining)
+            response: Message = await self._upstream(full_method, response_cls)(
+                request, metadata=metadata, timeout=context.time_remaining()
+            )
+            return response
         except grpc.aio.AioRpcError as exc:
             trailers = tuple(
-                (k, v) for k, v in _pairs(exc.trailing_metadata()) if k in (REASON_KEY, FAULT_KEY)
+                (k, v) for k, v in _pairs(exc.trailing_metadata()) if k in PASSED_TRAILERS
             )
             if exc.code() == grpc.StatusCode.UNAVAILABLE and not trailers:
                 log.warning("scheduler unavailable", error=exc.details())
-                trailers = ((REASON_KEY, "BACKEND_FAILURE"), (FAULT_KEY, "infrastructure"))
-                context.set_trailing_metadata(trailers)
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "the scheduler is unavailable")
+                await abort_with(
+                    context,
+                    ServiceError(
+                        grpc.StatusCode.UNAVAILABLE,
+                        "BACKEND_FAILURE",
+                        "the scheduler is unavailable",
+                        "infrastructure",
+                    ),
+                )
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                count_quota_rejection("scheduler", tenant, dict(trailers).get(REASON_KEY, ""))
             context.set_trailing_metadata(trailers)
             await context.abort(exc.code(), exc.details() or "")
         raise AssertionError("unreachable: context.abort raises")
 
-    async def CreateSandbox(
-        self, request: sandbox_pb2.CreateSandboxRequest, context: Context
-    ) -> sandbox_pb2.Sandbox:
-        return await self._forward(self.stub.CreateSandbox, request, context)
+    async def create(
+        self,
+        full_method: str,
+        response_cls: type[Message],
+        request: Message,
+        context: Context,
+        tenant: str,
+        quota: Quota,
+    ) -> Message:
+        """CreateSandbox: rate bucket, fair queue, then forward; records queue and ready times."""
+        started = time.monotonic()
+        refused = self.rates.take(tenant, quota)
+        if refused is not None:
+            count_quota_rejection("gateway", tenant, "create_rate")
+            raise refused
+        async with self.create_queue.slot(tenant) as waited:
+            observe_phase("queue", waited)
+            response = await self.forward(
+                full_method, response_cls, request, context, tenant, quota
+            )
+        observe_phase("ready", time.monotonic() - started)
+        return response
 
-    async def GetSandbox(
-        self, request: sandbox_pb2.GetSandboxRequest, context: Context
-    ) -> sandbox_pb2.Sandbox:
-        return await self._forward(self.stub.GetSandbox, request, context)
+    def handler_for(self, method: MethodDescriptor) -> Callable[[Message, Context], Awaitable[Any]]:
+        full_method = f"/{method.containing_service.full_name}/{method.name}"
+        response_cls = message_class(method.output_type)
+        step = (
+            self.create
+            if method.full_name == "orchard.v1.SandboxService.CreateSandbox"
+            else self.forward
+        )
 
-    async def ListSandboxes(
-        self, request: sandbox_pb2.ListSandboxesRequest, context: Context
-    ) -> sandbox_pb2.ListSandboxesResponse:
-        return await self._forward(self.stub.ListSandboxes, request, context)
+        async def handle(request: Message, context: Context) -> Message:
+            try:
+                tenant, quota = self.caller(context)
+                return await step(full_method, response_cls, request, context, tenant, quota)
+            except ServiceError as exc:
+                await abort_with(context, exc)
+            raise AssertionError("unreachable: context.abort raises")
 
-    async def DeleteSandbox(
-        self, request: sandbox_pb2.DeleteSandboxRequest, context: Context
-    ) -> sandbox_pb2.DeleteSandboxResponse:
-        return await self._forward(self.stub.DeleteSandbox, request, context)
-
-    async def GetExecutorAccess(
-        self, request: sandbox_pb2.GetSandboxRequest, context: Context
-    ) -> sandbox_pb2.ExecutorAccess:
-        return await self._forward(self.stub.GetExecutorAccess, request, context)
-
-    async def ListImages(
-        self, request: sandbox_pb2.ListImagesRequest, context: Context
-    ) -> sandbox_pb2.ListImagesResponse:
-        return await self._forward(self.stub.ListImages, request, context)
-
-    async def KeepAlive(
-        self, request: sandbox_pb2.KeepAliveRequest, context: Context
-    ) -> sandbox_pb2.Sandbox:
-        return await self._forward(self.stub.KeepAlive, request, context)
+        return handle
 
 
-class GatewayPoolService(pools_pb2_grpc.PoolServiceServicer):
-    """PoolService (list pools, demand hints), forwarded like the sandbox calls."""
-
-    def __init__(self, sandboxes: GatewayService, scheduler: grpc.aio.Channel) -> None:
-        self.sandboxes = sandboxes
-        self.stub = pools_pb2_grpc.PoolServiceStub(scheduler)
-
-    async def ListPools(
-        self, request: pools_pb2.ListPoolsRequest, context: Context
-    ) -> pools_pb2.ListPoolsResponse:
-        return await self.sandboxes._forward(self.stub.ListPools, request, context)
-
-    async def Hint(self, request: pools_pb2.DemandHint, context: Context) -> pools_pb2.HintResponse:
-        return await self.sandboxes._forward(self.stub.Hint, request, context)
+def forwarding_handler(
+    gateway: GatewayService, service: ServiceDescriptor = SANDBOX_SERVICE
+) -> grpc.GenericRpcHandler:  # type: ignore[type-arg]
+    """gRPC handlers for every unary method of ``service``, derived from its descriptor."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in service.methods:
+        if method.client_streaming or method.server_streaming:
+            log.warning("not forwarding a streaming method", method=method.full_name)
+            continue
+        request_cls = message_class(method.input_type)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            gateway.handler_for(method),
+            request_deserializer=request_cls.FromString,
+            response_serializer=lambda m: m.SerializeToString(),
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)

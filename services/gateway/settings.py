@@ -9,11 +9,18 @@ from pathlib import Path
 @dataclass(frozen=True)
 class GatewaySettings:
     home: Path
-    """Where ``api_keys.json`` and the embedded default's ``dev-api-key`` live."""
+    """Where ``api_keys.json``, ``quotas.json`` and the embedded default's ``dev-api-key`` live."""
     scheduler: str
     """The scheduler's internal address."""
     listen: str = "127.0.0.1:50051"
-    """The public endpoint; port 0 picks a free one."""
+    """The public gRPC endpoint; port 0 picks a free one."""
+    http_listen: str | None = None
+    """The REST/JSON front ("host:port", port 0 = free); None = no REST front."""
+    metrics_listen: str | None = None
+    """Prometheus ``/metrics`` ("host:port", port 0 = free); None = not served."""
     create_dev_key: bool = True
     """Make the ``dev`` tenant and its key file when there is no key file yet."""
+    create_slots: int = 8
+    """Creates forwarded to the scheduler at once; more wait in the fair per-tenant queue.
+    Sized to what two cores do in parallel (runc, mounts, cgroups) with headroom."""
     shutdown_grace_seconds: float = 5.0

@@ -17,6 +17,9 @@ Fault = Literal["client", "task", "infrastructure"]
 
 REASON_KEY = "orchard-reason"
 FAULT_KEY = "orchard-fault"
+# Seconds after which a RESOURCE_EXHAUSTED call may succeed (the SDK reads it
+# into QuotaExceededError.retry_after and backs off by it when asked to).
+RETRY_AFTER_KEY = "retry-after"
 
 
 class ServiceError(Exception):
@@ -28,15 +31,20 @@ class ServiceError(Exception):
         reason: str,
         message: str,
         fault: Fault = "client",
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
         self.fault: Fault = fault
+        self.retry_after = retry_after
 
     def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
-        return ((REASON_KEY, self.reason), (FAULT_KEY, self.fault))
+        pairs: tuple[tuple[str, str], ...] = ((REASON_KEY, self.reason), (FAULT_KEY, self.fault))
+        if self.retry_after is not None:
+            pairs += ((RETRY_AFTER_KEY, f"{self.retry_after:.3f}"),)
+        return pairs
 
 
 def invalid(message: str, reason: str = "INVALID_FIELD") -> ServiceError:
@@ -57,3 +65,13 @@ def unauthenticated(message: str, reason: str) -> ServiceError:
 
 def infrastructure(message: str, reason: str = "BACKEND_FAILURE") -> ServiceError:
     return ServiceError(grpc.StatusCode.UNAVAILABLE, reason, message, fault="infrastructure")
+
+
+def quota_exceeded(message: str, retry_after: float) -> ServiceError:
+    """RESOURCE_EXHAUSTED / QUOTA_EXCEEDED with a ``retry-after`` hint (seconds)."""
+    return ServiceError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "QUOTA_EXCEEDED",
+        message,
+        retry_after=max(0.0, retry_after),
+    )

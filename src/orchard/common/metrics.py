@@ -1,0 +1,127 @@
+"""Prometheus metrics every service shares, and the HTTP port they are scraped on.
+
+Each service process serves ``GET /metrics`` on its own port
+(``--metrics-listen``; ``orchard up`` picks free ports and writes them to
+``<home>/run/<service>.metrics.addr``). The names, all prefixed ``orchard_``:
+
+=================================  =========  =====================================
+``rpc_requests_total``             counter    calls by service, method, status code
+``rpc_seconds``                    histogram  call latency by service, method
+``quota_rejections_total``         counter    RESOURCE_EXHAUSTED by tenant and quota
+``phase_seconds``                  histogram  latency of one phase of a sandbox's life:
+                                              ``queue`` (wait in the gateway's fair
+                                              admission), ``create`` (backend create),
+                                              ``ready`` (create request to READY in the
+                                              scheduler), ``claim`` (warm-pool claim),
+                                              ``first_exec`` (a sandbox's first command),
+                                              ``exec`` (every command)
+``sandboxes``                      gauge      live sandboxes by tenant and state (the
+                                              scheduler counts its store at scrape time)
+=================================  =========  =====================================
+
+Children (label combinations) used on hot paths are cached by the callers, so
+an observation is one lock and an add.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# Buckets from 0.1 ms (an exec of `true` is ~1 ms) to 60 s (a cold image pull).
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+RPC_REQUESTS = Counter(
+    "orchard_rpc_requests_total", "gRPC calls served", ["service", "method", "code"]
+)
+RPC_SECONDS = Histogram(
+    "orchard_rpc_seconds",
+    "gRPC call latency (server side)",
+    ["service", "method"],
+    buckets=LATENCY_BUCKETS,
+)
+QUOTA_REJECTIONS = Counter(
+    "orchard_quota_rejections_total",
+    "Calls refused with RESOURCE_EXHAUSTED because a tenant was over a quota",
+    ["service", "tenant", "quota"],
+)
+PHASE_SECONDS = Histogram(
+    "orchard_phase_seconds",
+    "Latency of one phase of a sandbox's life (queue, create, ready, claim, first_exec, exec)",
+    ["phase"],
+    buckets=LATENCY_BUCKETS,
+)
+PHASES = ("queue", "create", "ready", "claim", "first_exec", "exec")
+
+
+def observe_phase(phase: str, seconds: float) -> None:
+    PHASE_SECONDS.labels(phase).observe(seconds)
+
+
+def count_quota_rejection(service: str, tenant: str, quota: str) -> None:
+    QUOTA_REJECTIONS.labels(service, tenant, quota).inc()
+
+
+class SandboxCountCollector(Collector):
+    """``orchard_sandboxes{tenant,state}`` from a function the scheduler gives (read at scrape)."""
+
+    def __init__(self, counts: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "orchard_sandboxes", "Sandboxes by tenant and state", labels=["tenant", "state"]
+        )
+        for tenant, state, count in self._counts():
+            family.add_metric([tenant, state], count)
+        yield family
+
+
+class GaugeCallbackCollector(Collector):
+    """Any gauge family read at scrape time (pool sizes and the like)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labels: list[str],
+        values: Callable[[], Iterable[tuple[tuple[str, ...], float]]],
+    ) -> None:
+        self._name, self._doc, self._labels, self._values = name, documentation, labels, values
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self._name, self._doc, labels=self._labels)
+        for label_values, value in self._values():
+            family.add_metric(list(label_values), value)
+        yield family
+
+
+def register_collector(collector: Collector) -> Callable[[], None]:
+    """Register on the process registry; returns the undo (tests start services twice)."""
+    REGISTRY.register(collector)
+    return lambda: REGISTRY.unregister(collector)
+
+
+def serve_metrics(listen: str, address_file: Path | None = None) -> str:
+    """Serve ``/metrics`` on ``listen`` ("host:port", port 0 = free) in a daemon thread.
+
+    Returns the bound "host:port" and writes it to ``address_file`` if given.
+    """
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    server, _thread = start_http_server(int(port_text or 0), addr=host)
+    address = f"{host}:{server.server_port}"
+    if address_file is not None:
+        address_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = address_file.with_name(f".{address_file.name}.{os.getpid()}")
+        tmp.write_text(address + "\n")
+        os.replace(tmp, address_file)
+    return address
