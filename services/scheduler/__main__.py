@@ -14,8 +14,9 @@ from pathlib import Path
 import uvloop
 
 from orchard.common.layout import orchard_home
+from orchard.common.logging import configure_logging
+from orchard.common.tracing import configure_tracing
 
-from .logs import configure_logging
 from .server import serve
 from .settings import SchedulerSettings
 
@@ -53,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         action="store_true",
         help="delete every sandbox on SIGTERM/SIGINT",
     )
+    parser.add_argument(
+        "--metrics-listen", default=None, help="serve Prometheus /metrics here (port 0: a free one)"
+    )
     args = parser.parse_args(argv)
     images_env = os.environ.get("ORCHARD_IMAGES_DIR")
     init_env = os.environ.get("ORCHARD_INIT_BINARY")
@@ -64,12 +68,14 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         images_dir=args.images_dir or (Path(images_env) if images_env else None),
         init_binary=args.init_binary or (Path(init_env) if init_env else None),
         delete_all_on_shutdown=args.delete_all_on_shutdown,
+        metrics_listen=args.metrics_listen,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
-    configure_logging()
+    configure_logging("scheduler")
+    configure_tracing("orchard-scheduler")
     uvloop.install()
 
     def ready(address: str) -> None:

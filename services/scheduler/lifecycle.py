@@ -29,10 +29,14 @@ import grpc
 import structlog
 
 from orchard.common.errors import ServiceError, infrastructure, not_found
+from orchard.common.metrics import observe_phase
+from orchard.common.layout import NodeLayout
 from orchard.common.tokens import TokenSigner
+from orchard.common.tracing import span
 
 from .backends.base import Backend, BackendError, SandboxSpec
 from .ids import new_sandbox_id
+from .network_policies import NetworkPolicyTable, mode_name
 from .settings import SchedulerSettings
 from .store import (
     LIVE_STATES,
@@ -43,6 +47,7 @@ from .store import (
     State,
 )
 from .templates import Template
+from .tenant_quota import call_quota
 from .validation import ValidatedCreate
 
 log = structlog.get_logger("orchard.scheduler")
@@ -85,6 +90,8 @@ class SandboxLifecycle:
         # Backend work in flight, by sandbox id; a second caller awaits the same task.
         self._creating: dict[str, asyncio.Task[SandboxRecord]] = {}
         self._deleting: dict[str, asyncio.Task[None]] = {}
+        # Full network policies (allowlists, later updates), beside the store.
+        self.network_policies = NetworkPolicyTable(NodeLayout(settings.home).state_db)
 
     # ---- create -------------------------------------------------------------
 
@@ -110,6 +117,8 @@ class SandboxLifecycle:
             labels=req.labels,
             env=req.env,
         )
+        if req.network.networked:
+            self.network_policies.save(rec.id, req.network)
         return await self._insert_and_create(rec, State.READY)
 
     async def _insert_and_create(self, rec: SandboxRecord, ready_state: State) -> SandboxRecord:
@@ -230,9 +239,12 @@ class SandboxLifecycle:
             memory_bytes=rec.memory_bytes,
             pids=rec.pids,
             env=dict(rec.env),
+            network_mode=mode_name(rec.network_mode),
+            network=self.network_policies.get(rec.id, rec.network_mode),
         )
         try:
-            await self.backend.create(spec)
+            with span("backend.create", sandbox_id=rec.id, backend=self.backend.name):
+                await self.backend.create(spec)
         except BackendError as exc:
             fault = "client" if exc.client_fault else "infrastructure"
             logger.warning("create failed", reason=exc.reason, fault=fault, error=exc.message)
@@ -244,6 +256,7 @@ class SandboxLifecycle:
             self.store.set_state(rec.id, State.FAILED, message, "infrastructure", "BACKEND_FAILURE")
             return rec.with_state(State.FAILED, message, "infrastructure", "BACKEND_FAILURE")
         self.store.set_state(rec.id, ready_state)
+        observe_phase("create", time.monotonic() - started)
         logger.info(
             "sandbox ready",
             image=rec.image or "(default)",
@@ -265,7 +278,10 @@ class SandboxLifecycle:
         """Executor address, a fresh token for ``rec`` and its expiry (unix seconds)."""
         now = self.clock()
         ttl = max(1.0, min(self.settings.token_ttl_seconds, rec.expires_at - now))
-        token, expiry = self.signer.issue(rec.id, ttl, now=now)
+        # Bound to the owner, with its exec quota for the executor to enforce.
+        token, expiry = self.signer.issue(
+            rec.id, ttl, now=now, tenant=rec.tenant, max_execs=call_quota().max_execs
+        )
         return self.settings.executor_address, token, float(expiry)
 
     # ---- delete -------------------------------------------------------------
@@ -296,7 +312,8 @@ class SandboxLifecycle:
     async def _delete_in_backend(self, sandbox_id: str, why: str) -> None:
         logger = log.bind(sandbox_id=sandbox_id)
         try:
-            await self.backend.delete(sandbox_id)
+            with span("backend.delete", sandbox_id=sandbox_id, backend=self.backend.name):
+                await self.backend.delete(sandbox_id)
         except BackendError as exc:
             logger.error("delete failed; will retry", error=exc.message)
             raise infrastructure(f"deleting sandbox {sandbox_id} failed: {exc.message}") from exc

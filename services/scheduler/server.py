@@ -21,6 +21,8 @@ import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.layout import NodeLayout
+from orchard.common.metrics import serve_metrics
+from orchard.common.observability import ServerObservability
 from orchard.common.tokens import TokenSigner, load_or_create_key
 
 from .backends.base import Backend, load_backend
@@ -32,6 +34,7 @@ from .recovery import reconcile
 from .service import SchedulerService
 from .settings import SchedulerSettings
 from .store import SandboxStore
+from .telemetry import register_scheduler_metrics
 from .templates import load_templates
 
 log = structlog.get_logger("orchard.scheduler")
@@ -68,9 +71,11 @@ class RunningScheduler:
     store: SandboxStore
     store_home: Path
     pools: PoolFiller
+    unregister_metrics: Callable[[], None] = lambda: None
 
     async def stop(self, settings: SchedulerSettings) -> None:
         await self.server.stop(settings.shutdown_grace_seconds)
+        self.unregister_metrics()
         await self.pools.stop()
         await self.reaper.stop()
         if settings.delete_all_on_shutdown:
@@ -92,7 +97,9 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     signer = TokenSigner(load_or_create_key(layout.token_key))
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(
+        options=SERVER_OPTIONS, interceptors=[ServerObservability("scheduler")]
+    )
     pools = PoolFiller(lifecycle, templates, settings.pools)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(
         SchedulerService(lifecycle, pools), server
@@ -114,7 +121,13 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
         executor=settings.executor_address,
         templates=sorted(templates),
     )
-    return RunningScheduler(address, server, lifecycle, reaper, store, settings.home, pools)
+    unregister = register_scheduler_metrics(store, lambda: pools.pools)
+    if settings.metrics_listen is not None:
+        metrics = serve_metrics(settings.metrics_listen, layout.run / "scheduler.metrics.addr")
+        log.info("scheduler metrics", address=metrics)
+    return RunningScheduler(
+        address, server, lifecycle, reaper, store, settings.home, pools, unregister
+    )
 
 
 async def serve(settings: SchedulerSettings, on_ready: Callable[[str], None] = print) -> None:

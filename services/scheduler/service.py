@@ -8,6 +8,7 @@ tenant's sandbox answers NOT_FOUND exactly like an unknown id.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import grpc
@@ -16,11 +17,16 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from orchard._proto.orchard.v1 import common_pb2, sandbox_pb2, sandbox_pb2_grpc
 from orchard.common.errors import ServiceError, invalid, not_found, precondition, unauthenticated
 from orchard.common.layout import is_valid_sandbox_id
+from orchard.common.logging import bind_call
+from orchard.common.metrics import observe_phase
 
 from .lifecycle import SandboxLifecycle, failed_create_error, lease_end
 from .pool_filler import PoolFiller
 from .status import reports_errors
+from .backends.base import BackendError
+from .network_policies import NetworkUpdatingBackend, policy_from_proto, policy_to_proto
 from .store import USABLE_STATES, SandboxRecord, State
+from .tenant_quota import check_create_quota, remember_call_quota
 from .validation import validate_create, validate_labels, validate_template_request
 
 TENANT_KEY = "orchard-tenant"
@@ -30,8 +36,12 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def tenant_of(context: Context) -> str:
-    for key, value in context.invocation_metadata() or ():
+    """The calling tenant; also takes in its quota for this call (``tenant_quota``)."""
+    metadata = context.invocation_metadata()
+    for key, value in metadata or ():
         if key == TENANT_KEY and isinstance(value, str) and TENANT_RE.match(value):
+            bind_call(tenant=value)
+            remember_call_quota(metadata)
             return value
     raise unauthenticated(
         "missing or malformed orchard-tenant metadata (call the gateway, not the scheduler)",
@@ -90,7 +100,14 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         )
 
     def _answer(self, rec: SandboxRecord) -> sandbox_pb2.Sandbox:
-        return to_proto(rec, self._access(rec) if rec.state in USABLE_STATES else None)
+        msg = to_proto(rec, self._access(rec) if rec.state in USABLE_STATES else None)
+        return self._with_network(msg, rec)
+
+    def _with_network(self, msg: sandbox_pb2.Sandbox, rec: SandboxRecord) -> sandbox_pb2.Sandbox:
+        """``msg`` with the policy in force (the record holds only the create-time mode)."""
+        policy = self.lifecycle.network_policies.get(rec.id, rec.network_mode)
+        msg.network.CopyFrom(policy_to_proto(policy))
+        return msg
 
     @reports_errors
     async def CreateSandbox(
@@ -100,8 +117,14 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         if request.template:
             validate_template_request(request)
         validated = validate_create(request, self.lifecycle.settings.limits)
+        sized = self.pools.pool(request.template).template if request.template else validated
+        check_create_quota(
+            self.lifecycle.store, tenant, sized.cpu_millis, sized.memory_bytes, validated.request_id
+        )
         if request.template:
+            claim_started = time.monotonic()
             rec = await self.pools.claim(tenant, validated, request.template)
+            observe_phase("claim", time.monotonic() - claim_started)
         else:
             rec = await self.lifecycle.create(tenant, validated)
         if rec.state == State.FAILED:
@@ -124,7 +147,9 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         tenant = tenant_of(context)
         labels = validate_labels(dict(request.labels), self.lifecycle.settings.limits)
         records = self.lifecycle.store.find(tenant=tenant, labels=labels)
-        return sandbox_pb2.ListSandboxesResponse(sandboxes=[to_proto(r) for r in records])
+        return sandbox_pb2.ListSandboxesResponse(
+            sandboxes=[self._with_network(to_proto(r), r) for r in records]
+        )
 
     @reports_errors
     async def DeleteSandbox(
@@ -168,6 +193,32 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         if extended is None:  # deleted or reaped since the read above
             raise precondition(f"sandbox {rec.id} is no longer running", "SANDBOX_NOT_READY")
         return self._answer(extended)
+
+    @reports_errors
+    async def UpdateNetworkPolicy(
+        self, request: sandbox_pb2.UpdateNetworkPolicyRequest, context: Context
+    ) -> sandbox_pb2.Sandbox:
+        rec = self.lifecycle.get(tenant_of(context), checked_id(request.id))
+        policy = policy_from_proto(request.network)
+        if rec.state not in USABLE_STATES or self.lifecycle.is_busy(rec.id):
+            raise precondition(
+                f"sandbox {rec.id} is {rec.state.name}; only a running sandbox's policy can change",
+                "SANDBOX_NOT_READY",
+            )
+        backend = self.lifecycle.backend
+        if not isinstance(backend, NetworkUpdatingBackend):
+            raise precondition(
+                f"the {backend.name} backend cannot change a running sandbox's network policy",
+                "INVALID_FIELD",
+            )
+        try:
+            await backend.update_network(rec.id, policy)
+        except BackendError as exc:
+            if exc.reason == "SANDBOX_NOT_READY":
+                raise precondition(exc.message, "SANDBOX_NOT_READY") from exc
+            raise infrastructure(f"network policy of {rec.id}: {exc.message}") from exc
+        self.lifecycle.network_policies.save(rec.id, policy)
+        return self._answer(rec)
 
     @reports_errors
     async def ListImages(

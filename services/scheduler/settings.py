@@ -79,5 +79,7 @@ class SchedulerSettings:
     """Delete every sandbox on graceful shutdown (``orchard up`` leaves nothing behind)."""
     shutdown_grace_seconds: float = 5.0
     """How long in-flight calls get to finish on shutdown."""
+    metrics_listen: str | None = None
+    """Serve Prometheus ``/metrics`` here ("host:port", port 0 = free); None = not served."""
     limits: CreateLimits = field(default_factory=CreateLimits)
     pools: PoolSettings = field(default_factory=PoolSettings)
