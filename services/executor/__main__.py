@@ -3,6 +3,11 @@
 Prints the address it serves on (one line, flushed; the real port when
 ``--listen`` asks for port 0) once it is ready, and writes it to
 ``<home>/run/executor.addr``. SIGTERM/SIGINT stop it gracefully.
+
+``--in-sandbox RUN_DIR`` is the injected mode (started from the executor
+bundle inside the sandbox it serves): one sandbox, rootfs ``/``, its
+sandbox.json and init.sock in RUN_DIR, the address written to
+RUN_DIR/executor.addr; see :mod:`orchard.executor.bundle`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import uvloop
 
 from orchard.common.layout import orchard_home
 
+from .in_sandbox import TOKEN_KEY_FILE, take_token_key
 from .logs import configure_logging
 from .server import serve
 from .settings import MIB, ExecutorSettings
@@ -35,7 +41,24 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
     parser.add_argument(
         "--max-output-mib", type=int, default=16, help="default per-stream output cap, MiB"
     )
+    parser.add_argument(
+        "--in-sandbox",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="injected mode: serve only the sandbox this process runs in (RUN_DIR holds "
+        "sandbox.json, init.sock and token.key)",
+    )
     args = parser.parse_args(argv)
+    if args.in_sandbox is not None:
+        run_dir: Path = args.in_sandbox
+        return ExecutorSettings(
+            home=run_dir,
+            listen=args.listen,
+            max_output_bytes=args.max_output_mib * MIB,
+            in_sandbox_run_dir=run_dir,
+            token_key=take_token_key(run_dir / TOKEN_KEY_FILE),
+        )
     return ExecutorSettings(
         home=args.home or orchard_home(),
         listen=args.listen,

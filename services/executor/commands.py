@@ -142,7 +142,7 @@ async def command_env(
     env = dict(sandbox.meta.env)
     uid = gid = 0
     if user_spec:
-        uid, gid, home = await SandboxFiles(sandbox.layout.rootfs).lookup_user(user_spec)
+        uid, gid, home = await SandboxFiles(sandbox.rootfs).lookup_user(user_spec)
         name = user_spec.partition(":")[0]
         if not name.isdigit():
             env["USER"] = env["LOGNAME"] = name

@@ -1,27 +1,59 @@
-"""Find a sandbox's folder, init socket and metadata for a call.
+"""Find a sandbox's root, init socket and metadata for a call.
 
-The backend writes ``sandboxes/<id>/sandbox.json`` and the init socket; the
-executor only reads them. Each lookup is one ``stat`` of sandbox.json: the
-parsed metadata is cached per sandbox id and re-read only when the file
-changes, so a call costs the same with 1 or 1000 sandboxes on the node.
+There are two ways to find a sandbox, behind one small interface
+(:class:`SandboxLocator`), so the exec engine and the servicer are the same
+in both:
+
+- :class:`SandboxDirectory` (the node executor): every sandbox of the node, as
+  the backend laid them out under ``<home>/sandboxes/<id>/``; the rootfs is the
+  sandbox's overlay mount seen from the host.
+- :class:`SingleSandbox` (the injected executor, running inside the sandbox
+  it serves): exactly one sandbox, whose ``sandbox.json`` and init socket are
+  in a run folder inside the container (``/.orchard/run``) and whose rootfs
+  is ``/``.
+
+The backend (or the pod's set-up) writes sandbox.json and the init socket;
+the executor only reads them. Each lookup is one ``stat`` of sandbox.json: the
+parsed metadata is cached and re-read only when the file changes, so a call
+costs the same with 1 or 1000 sandboxes on the node.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from orchard.common.errors import invalid, not_found
-from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta, is_valid_sandbox_id
+from orchard.common.layout import NodeLayout, SandboxMeta, is_valid_sandbox_id
+
+META_FILE = "sandbox.json"
+INIT_SOCKET = "init.sock"
 
 
 @dataclass(frozen=True, slots=True)
 class Sandbox:
     """What a call needs to reach one sandbox."""
 
-    layout: SandboxLayout
+    sandbox_id: str
+    rootfs: Path
+    """The sandbox's root as this executor sees it (files are confined to it)."""
     meta: SandboxMeta
     socket_path: str
+    """orchard-init's control socket, as this executor reaches it."""
+
+
+class SandboxLocator(Protocol):
+    """How the servicer finds the sandbox a call names."""
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """The sandbox, or NOT_FOUND/SANDBOX_NOT_FOUND; the id must be checked."""
+        ...
+
+    def forget(self, sandbox_id: str) -> None:
+        """Drop the cached entry (e.g. init's socket refused a connection)."""
+        ...
 
 
 def check_sandbox_id(sandbox_id: str) -> None:
@@ -30,40 +62,69 @@ def check_sandbox_id(sandbox_id: str) -> None:
         raise invalid(f"sandbox_id {sandbox_id[:80]!r} is not a valid sandbox id")
 
 
-class SandboxDirectory:
-    """The sandboxes of this node, as the backend has laid them out on disk."""
+class _MetaCache:
+    """sandbox.json parsed once per change of its (inode, mtime, size)."""
 
-    def __init__(self, layout: NodeLayout) -> None:
-        self._layout = layout
-        # sandbox id -> (stat signature of sandbox.json, the Sandbox)
-        self._cache: dict[str, tuple[tuple[int, int, int], Sandbox]] = {}
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[tuple[int, int, int], Sandbox]] = {}
 
-    def get(self, sandbox_id: str) -> Sandbox:
-        """The sandbox, or NOT_FOUND/SANDBOX_NOT_FOUND; the id must be checked."""
-        layout = self._layout.sandbox(sandbox_id)
-        meta_path = layout.meta_file
+    def load(self, sandbox_id: str, meta_path: Path, rootfs: Path, socket: Path) -> Sandbox:
         try:
             st = os.stat(meta_path)
         except OSError:
-            self._cache.pop(sandbox_id, None)
+            self._entries.pop(sandbox_id, None)
             raise _missing(sandbox_id) from None
         signature = (st.st_ino, st.st_mtime_ns, st.st_size)
-        cached = self._cache.get(sandbox_id)
+        cached = self._entries.get(sandbox_id)
         if cached is not None and cached[0] == signature:
             return cached[1]
         try:
             meta = SandboxMeta.from_json(meta_path.read_text())
         except (OSError, ValueError, KeyError, TypeError):
             raise _missing(sandbox_id) from None
-        if not os.path.exists(layout.init_socket):
+        if meta.sandbox_id != sandbox_id or not os.path.exists(socket):
             raise _missing(sandbox_id)
-        sandbox = Sandbox(layout, meta, str(layout.init_socket))
-        self._cache[sandbox_id] = (signature, sandbox)
+        sandbox = Sandbox(sandbox_id, rootfs, meta, str(socket))
+        self._entries[sandbox_id] = (signature, sandbox)
         return sandbox
 
     def forget(self, sandbox_id: str) -> None:
-        """Drop the cached entry (e.g. init's socket refused a connection)."""
-        self._cache.pop(sandbox_id, None)
+        self._entries.pop(sandbox_id, None)
+
+
+class SandboxDirectory:
+    """The sandboxes of this node, as the backend has laid them out on disk."""
+
+    def __init__(self, layout: NodeLayout) -> None:
+        self._layout = layout
+        self._cache = _MetaCache()
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        layout = self._layout.sandbox(sandbox_id)
+        return self._cache.load(sandbox_id, layout.meta_file, layout.rootfs, layout.init_socket)
+
+    def forget(self, sandbox_id: str) -> None:
+        self._cache.forget(sandbox_id)
+
+
+class SingleSandbox:
+    """The one sandbox an injected executor runs in: root ``/``, files in ``run_dir``.
+
+    Any other sandbox id is NOT_FOUND, exactly like an id the node does not
+    have, so a token for another sandbox learns nothing here either.
+    """
+
+    def __init__(self, run_dir: Path, rootfs: Path = Path("/")) -> None:
+        self._meta_file = run_dir / META_FILE
+        self._socket = run_dir / INIT_SOCKET
+        self._rootfs = rootfs
+        self._cache = _MetaCache()
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        return self._cache.load(sandbox_id, self._meta_file, self._rootfs, self._socket)
+
+    def forget(self, sandbox_id: str) -> None:
+        self._cache.forget(sandbox_id)
 
 
 def _missing(sandbox_id: str) -> Exception:

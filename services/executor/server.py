@@ -35,7 +35,7 @@ from .commands import (
 )
 from .files import SandboxFiles
 from .rpc_errors import streaming, unary
-from .sandboxes import Sandbox, SandboxDirectory
+from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
 from .settings import ExecutorSettings
 
@@ -49,7 +49,11 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
 
     def __init__(self, settings: ExecutorSettings, signer: TokenSigner) -> None:
         self._authorizer = CallAuthorizer(signer)
-        self._sandboxes = SandboxDirectory(settings.layout)
+        self._sandboxes: SandboxLocator = (
+            SingleSandbox(settings.in_sandbox_run_dir)
+            if settings.in_sandbox_run_dir is not None
+            else SandboxDirectory(settings.layout)
+        )
         self._limits = OutputLimits(settings.max_output_bytes, settings.output_bytes_ceiling)
         self.sessions = SessionTable()
 
@@ -142,7 +146,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self, request: pb.ReadFileRequest, context: Context
     ) -> AsyncIterator[pb.FileChunk]:
         sandbox = self._sandbox(request.sandbox_id, context)
-        async for chunk in SandboxFiles(sandbox.layout.rootfs).read_file(request.path):
+        async for chunk in SandboxFiles(sandbox.rootfs).read_file(request.path):
             yield chunk
 
     @unary
@@ -155,7 +159,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             raise invalid("the first WriteFileRequest must be `header`")
         header = first.header
         sandbox = self._sandbox(header.sandbox_id, context)
-        files = SandboxFiles(sandbox.layout.rootfs)
+        files = SandboxFiles(sandbox.rootfs)
         size = await files.write_file(
             header.path,
             header.mode,
@@ -174,7 +178,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             raise invalid("the first UploadRequest must be `header`")
         header = first.header
         sandbox = self._sandbox(header.sandbox_id, context)
-        files = SandboxFiles(sandbox.layout.rootfs)
+        files = SandboxFiles(sandbox.rootfs)
         count, size = await files.upload(header.path, _data_chunks(requests, "UploadRequest"))
         return pb.UploadResponse(files=count, bytes=size)
 
@@ -183,7 +187,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self, request: pb.DownloadRequest, context: Context
     ) -> AsyncIterator[pb.TarChunk]:
         sandbox = self._sandbox(request.sandbox_id, context)
-        async for data in SandboxFiles(sandbox.layout.rootfs).download(request.path):
+        async for data in SandboxFiles(sandbox.rootfs).download(request.path):
             yield pb.TarChunk(data=data)
 
 
@@ -228,15 +232,18 @@ def server_options(settings: ExecutorSettings) -> list[tuple[str, Any]]:
 
 async def start_server(settings: ExecutorSettings) -> tuple[grpc.aio.Server, str, ExecutorServicer]:
     """Start serving; returns the server, its bound address and the servicer."""
-    signer = TokenSigner(load_or_create_key(settings.token_key_path))
+    key = settings.token_key
+    signer = TokenSigner(key if key is not None else load_or_create_key(settings.token_key_path))
     servicer = ExecutorServicer(settings, signer)
     server = grpc.aio.server(options=server_options(settings))
     pb_grpc.add_ExecutorServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise OSError(f"could not listen on {settings.listen}")
-    host = settings.listen.rsplit(":", 1)[0]
-    address = f"{host}:{port}"
+    if settings.listen.startswith("unix:"):
+        address = settings.listen  # a Unix socket has no port to fill in
+    else:
+        address = f"{settings.listen.rsplit(':', 1)[0]}:{port}"
     await server.start()
     _write_address(settings, address)
     log.info("executor listening", address=address, home=str(settings.home))

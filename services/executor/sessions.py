@@ -45,7 +45,7 @@ class ShellSession:
         self, session_id: str, sandbox: Sandbox, command: InitCommand, marker: bytes
     ) -> None:
         self.session_id = session_id
-        self.sandbox_id = sandbox.layout.sandbox_id
+        self.sandbox_id = sandbox.sandbox_id
         self._command = command
         loop = asyncio.get_running_loop()
         self._stdout = MarkedStream(marker)

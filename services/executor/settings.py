@@ -24,6 +24,13 @@ class ExecutorSettings:
     """Largest request message (a Run's whole stdin, a file chunk)."""
     shutdown_grace_seconds: float = 5.0
     """How long in-flight calls get to finish on shutdown."""
+    in_sandbox_run_dir: Path | None = None
+    """Injected mode: the executor runs inside the one sandbox it serves, whose
+    sandbox.json, init.sock and executor.addr are in this folder (``/.orchard/run``);
+    None = node mode (every sandbox under ``home``)."""
+    token_key: bytes | None = None
+    """The token key itself, already read (injected mode reads it and removes the
+    file before any sandbox code can run); None = read ``token_key_path``."""
 
     @property
     def layout(self) -> NodeLayout:
@@ -36,4 +43,6 @@ class ExecutorSettings:
     @property
     def address_file(self) -> Path:
         """Where the bound address is written once the server listens."""
+        if self.in_sandbox_run_dir is not None:
+            return self.in_sandbox_run_dir / "executor.addr"
         return self.layout.run / "executor.addr"
