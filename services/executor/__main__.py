@@ -20,9 +20,11 @@ from pathlib import Path
 import uvloop
 
 from orchard.common.layout import orchard_home
+from orchard.common.logging import configure_logging
+from orchard.common.metrics import serve_metrics
+from orchard.common.tracing import configure_tracing
 
 from .in_sandbox import TOKEN_KEY_FILE, take_token_key
-from .logs import configure_logging
 from .server import serve
 from .settings import MIB, ExecutorSettings
 
@@ -74,9 +76,21 @@ async def _run(settings: ExecutorSettings) -> None:
     await serve(settings, stop)
 
 
+def _metrics_listen(argv: list[str] | None) -> tuple[list[str] | None, str | None]:
+    """Take ``--metrics-listen ADDR`` out of ``argv`` (Prometheus /metrics; port 0: a free one)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--metrics-listen", default=None)
+    known, rest = parser.parse_known_args(argv)
+    return rest, known.metrics_listen
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv, metrics_listen = _metrics_listen(argv)
     settings = parse_args(argv)
-    configure_logging()
+    configure_logging("executor")
+    configure_tracing("orchard-executor")
+    if metrics_listen is not None:
+        serve_metrics(metrics_listen, settings.layout.run / "executor.metrics.addr")
     uvloop.install()
     asyncio.run(_run(settings))
 

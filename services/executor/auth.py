@@ -2,7 +2,9 @@
 
 The id is checked first (it becomes part of a path), then the token, and
 only then is the sandbox looked up, so a caller without a token cannot even
-learn which sandboxes exist.
+learn which sandboxes exist. The verified claims (owner tenant, its exec
+quota) are left in ``exec_quota.CALL_CLAIMS`` for the rest of the call, and
+the tenant is bound to the call's log lines.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchard.common.errors import ServiceError, unauthenticated
-from orchard.common.tokens import TokenError, TokenSigner
+from orchard.common.logging import bind_call
+from orchard.common.tokens import TokenClaims, TokenError, TokenSigner
 
+from .exec_quota import CALL_CLAIMS
 from .sandboxes import check_sandbox_id
 
 MAX_TOKEN_CHARS = 1024
@@ -36,7 +40,7 @@ class CallAuthorizer:
     def __init__(self, signer: TokenSigner) -> None:
         self._signer = signer
 
-    def check(self, sandbox_id: str, metadata: Iterable[Any] | None) -> None:
+    def check(self, sandbox_id: str, metadata: Iterable[Any] | None) -> TokenClaims:
         check_sandbox_id(sandbox_id)
         token = bearer_token(metadata)
         if token is None:
@@ -44,9 +48,12 @@ class CallAuthorizer:
         if len(token) > MAX_TOKEN_CHARS:
             raise _token_invalid("token is too long")
         try:
-            self._signer.verify(token, sandbox_id)
+            claims = self._signer.verify(token, sandbox_id)
         except TokenError as exc:
             raise _token_invalid(str(exc)) from None
+        CALL_CLAIMS.set(claims)
+        bind_call(tenant=claims.tenant)
+        return claims
 
 
 def _token_invalid(message: str) -> ServiceError:

@@ -20,6 +20,7 @@ import structlog
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 from orchard.common.errors import invalid
+from orchard.common.observability import ServerObservability
 from orchard.common.tokens import TokenSigner, load_or_create_key
 
 from .auth import CallAuthorizer
@@ -33,6 +34,7 @@ from .commands import (
     prepare_exec,
     run_exec,
 )
+from .exec_quota import ExecSlots
 from .files import SandboxFiles
 from .rpc_errors import streaming, unary
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
@@ -56,6 +58,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         )
         self._limits = OutputLimits(settings.max_output_bytes, settings.output_bytes_ceiling)
         self.sessions = SessionTable()
+        self._exec_slots = ExecSlots()
 
     def _sandbox(self, sandbox_id: str, context: Context) -> Sandbox:
         self._authorizer.check(sandbox_id, context.invocation_metadata())
@@ -69,7 +72,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         sandbox = self._sandbox(start.sandbox_id, context)
         check_command_fields(start)
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=bool(request.stdin))
-        return await run_exec(prepared, request.stdin)
+        with self._exec_slots.hold():
+            return await run_exec(prepared, request.stdin)
 
     @streaming
     async def Exec(
@@ -84,15 +88,16 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=start.stdin)
         stream = ExecStream(prepared)
         pump: asyncio.Task[None] | None = None
-        try:
-            await stream.start()
-            pump = asyncio.create_task(_pump_requests(request_iterator, stream))
-            while (event := await stream.next_event()) is not None:
-                yield event
-        finally:
-            if pump is not None:
-                pump.cancel()
-            stream.close()
+        with self._exec_slots.hold():
+            try:
+                await stream.start()
+                pump = asyncio.create_task(_pump_requests(request_iterator, stream))
+                while (event := await stream.next_event()) is not None:
+                    yield event
+            finally:
+                if pump is not None:
+                    pump.cancel()
+                stream.close()
 
     # -------------------------------------------------------------- sessions
 
@@ -120,7 +125,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         check_timeout(request.timeout_seconds)
         limit = self._limits.for_request(request.max_output_bytes)
         session = self.sessions.get(request.sandbox_id, request.session_id)
-        return await session.run(request.command, request.timeout_seconds, limit)
+        with self._exec_slots.hold():
+            return await session.run(request.command, request.timeout_seconds, limit)
 
     @unary
     async def InterruptSession(
@@ -235,7 +241,9 @@ async def start_server(settings: ExecutorSettings) -> tuple[grpc.aio.Server, str
     key = settings.token_key
     signer = TokenSigner(key if key is not None else load_or_create_key(settings.token_key_path))
     servicer = ExecutorServicer(settings, signer)
-    server = grpc.aio.server(options=server_options(settings))
+    server = grpc.aio.server(
+        options=server_options(settings), interceptors=[ServerObservability("executor")]
+    )
     pb_grpc.add_ExecutorServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port(settings.listen)
     if port == 0:
