@@ -1,0 +1,1 @@
+"""SWE-bench-style test-runner reward: parse, grade, run in a sandbox."""
