@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 
 from orchard.common.layout import SANDBOX_ID_RE
 
+from .netpolicy.policy import NetworkPolicySpec
+
 # The only network mode the backends implement so far: a network namespace with
 # nothing but an UP loopback interface.
 NETWORK_NONE = "none"
@@ -36,7 +38,9 @@ class SandboxSpec:
     pids: int = 512
     """Maximum number of processes and threads in the sandbox."""
     network_mode: str = NETWORK_NONE
-    """Only "none" (loopback only) for now; anything else is refused."""
+    """The mode of ``network`` ("none", "allowlist", "internet"), for backends that need only it."""
+    network: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
+    """The whole network policy (``netpolicy.policy``), already validated."""
     env: dict[str, str] = field(default_factory=dict)
     """Create-time environment, merged over the image's environment."""
 
@@ -152,5 +156,10 @@ def load_backend(name: str, settings: object = None) -> Backend:
             )
         )
     if name == "kubernetes":
-        raise BackendError("UNSUPPORTED", "the kubernetes backend is not built yet")
+        from .kubernetes import KubernetesBackend, KubernetesSettings
+
+        k8s = (
+            settings if isinstance(settings, KubernetesSettings) else KubernetesSettings.from_env()
+        )
+        return KubernetesBackend(k8s)
     raise BackendError.invalid(f"unknown backend {name!r}", reason="UNSUPPORTED")

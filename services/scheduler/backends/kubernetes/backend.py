@@ -1,0 +1,260 @@
+"""KubernetesBackend: sandboxes as pods, the pods' labels and annotations as the state.
+
+Implements the ``Backend`` protocol (create, delete, list, inspect, images) and
+adds what only a cluster has: warm-pool members and claims across scheduler
+replicas (``create_pool_member``, ``claim``), the executor's address at the pod
+IP (``executor_address``), the reason a pod failed (``failure``), and the
+sandbox NetworkPolicies (``ensure_network_policies``).
+
+Nothing is stored outside the cluster: after a restart ``start()`` lists the
+pods and ``recover()`` returns every sandbox with its tenant, pool, claim and
+spec, so any replica can rebuild its view.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from ..base import BackendError, BackendSandbox, ImageInfo, SandboxSpec, check_sandbox_id
+from . import manifests as m
+from .api import Conflict, KubeApi, build_api_client
+from .claims import ClaimStats, claim_from_pool
+from .pod_cache import PodCache
+from .pod_status import PodState, pod_state
+from .settings import KubernetesSettings, PodTemplate
+
+log = structlog.get_logger("orchard.scheduler.kubernetes")
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        api_client: Any = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        # No I/O here: the client and the cache are made in start().
+        self.settings = settings
+        self._api_client = api_client
+        self._clock = clock
+        self._api: KubeApi | None = None
+        self._cache: PodCache | None = None
+        self.claim_stats = ClaimStats()
+
+    # ---- life -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, list every sandbox pod and start watching (idempotent)."""
+        if self._cache is not None:
+            return
+        client = self._api_client or build_api_client(self.settings)
+        self._api = KubeApi(client, self.settings)
+        cache = PodCache(self._api, m.SANDBOX_SELECTOR)
+        await cache.start()
+        self._cache = cache
+
+    async def close(self) -> None:
+        if self._cache is not None:
+            await self._cache.stop()
+            self._cache = None
+
+    async def _ready(self) -> tuple[KubeApi, PodCache]:
+        await self.start()
+        assert self._api is not None and self._cache is not None
+        return self._api, self._cache
+
+    @property
+    def api(self) -> KubeApi:
+        assert self._api is not None, "start() first"
+        return self._api
+
+    @property
+    def cache(self) -> PodCache:
+        assert self._cache is not None, "start() first"
+        return self._cache
+
+    # ---- create -------------------------------------------------------------------
+
+    async def create(self, spec: SandboxSpec) -> BackendSandbox:
+        """A claimed sandbox pod from the default template; returns once it is Ready."""
+        return await self.create_pod(spec, tenant="", ttl_seconds=None)
+
+    async def create_pod(
+        self,
+        spec: SandboxSpec,
+        *,
+        tenant: str,
+        ttl_seconds: int | None,
+        template: str = "",
+        claimed: bool = True,
+    ) -> BackendSandbox:
+        check_sandbox_id(spec.sandbox_id)
+        api, cache = await self._ready()
+        try:
+            tpl: PodTemplate = self.settings.template(template)
+        except KeyError:
+            raise BackendError.invalid(f"unknown template {template!r}") from None
+        now = self._clock()
+        if claimed:
+            ttl = ttl_seconds or self.settings.unclaimed_lifetime_seconds
+            deadline = ttl + self.settings.ttl_backstop_grace_seconds
+        else:
+            deadline = self.settings.unclaimed_lifetime_seconds
+        manifest = m.sandbox_pod(
+            spec,
+            self.settings,
+            tpl,
+            tenant=tenant,
+            claimed=claimed,
+            created_at=now,
+            deadline_seconds=deadline,
+        )
+        if claimed and ttl_seconds:
+            manifest["metadata"]["annotations"][m.A_EXPIRES_AT] = f"{now + ttl_seconds:.3f}"
+        try:
+            cache.observe(await api.create_pod(manifest))
+        except Conflict as exc:
+            # A retried create of the same id (the scheduler's create is idempotent):
+            # adopt the pod if it is ours, never a stranger's.
+            existing = await api.get_pod(spec.sandbox_id)
+            labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+            if labels.get(m.SANDBOX_ID) != spec.sandbox_id:
+                raise BackendError.failure(f"pod {spec.sandbox_id} exists: {exc.message}") from None
+            assert existing is not None
+            cache.observe(existing)
+        return await self._wait_ready(spec.sandbox_id)
+
+    async def create_pool_member(self, spec: SandboxSpec, template: str) -> BackendSandbox:
+        """A free (unclaimed) warm-pool pod of ``template``."""
+        return await self.create_pod(
+            spec, tenant="", ttl_seconds=None, template=template, claimed=False
+        )
+
+    async def _wait_ready(self, sandbox_id: str) -> BackendSandbox:
+        _api, cache = await self._ready()
+
+        def settled() -> bool:
+            pod = cache.get(sandbox_id)
+            if pod is None:
+                return False
+            state = pod_state(pod)
+            return state.ready or state.failed
+
+        await cache.wait_for(settled, self.settings.ready_timeout_seconds)
+        pod = cache.get(sandbox_id)
+        state = pod_state(pod) if pod is not None else None
+        if state is not None and state.ready:
+            return self._sandbox(state)
+        await self._discard(sandbox_id)
+        if state is None:
+            raise BackendError.failure(f"pod {sandbox_id} disappeared while starting")
+        if state.failed:
+            raise BackendError(state.reason, state.message, client_fault=state.client_fault)
+        raise BackendError.failure(
+            f"pod {sandbox_id} was not ready within {self.settings.ready_timeout_seconds:.0f} s "
+            f"(phase {state.phase})"
+        )
+
+    async def _discard(self, sandbox_id: str) -> None:
+        try:
+            await self.delete(sandbox_id)
+        except BackendError as exc:
+            log.warning("could not remove a failed pod", sandbox_id=sandbox_id, error=exc.message)
+
+    # ---- claims ---------------------------------------------------------------------
+
+    async def claim(
+        self,
+        template: str,
+        *,
+        tenant: str,
+        ttl_seconds: int,
+        labels: dict[str, str] | None = None,
+    ) -> PodState | None:
+        """Adopt a free Ready pod of ``template`` for ``tenant``; None if none is left."""
+        api, cache = await self._ready()
+        pod = await claim_from_pool(
+            api,
+            cache,
+            m.label_value(template),
+            tenant=tenant,
+            ttl_seconds=ttl_seconds,
+            grace_seconds=self.settings.ttl_backstop_grace_seconds,
+            now=self._clock(),
+            stats=self.claim_stats,
+            labels=labels,
+        )
+        return pod_state(pod) if pod is not None else None
+
+    # ---- delete, list, inspect ------------------------------------------------------
+
+    async def delete(self, sandbox_id: str) -> None:
+        check_sandbox_id(sandbox_id)
+        api, cache = await self._ready()
+        await api.delete_pod(sandbox_id)
+        cache.forget(sandbox_id)
+
+    async def list(self) -> builtins.list[BackendSandbox]:
+        _api, cache = await self._ready()
+        return [self._sandbox(pod_state(p)) for p in cache.pods()]
+
+    async def inspect(self, sandbox_id: str) -> BackendSandbox | None:
+        check_sandbox_id(sandbox_id)
+        _api, cache = await self._ready()
+        pod = cache.get(sandbox_id)
+        return self._sandbox(pod_state(pod)) if pod is not None else None
+
+    async def recover(self) -> builtins.list[PodState]:
+        """Every sandbox pod, fully described (tenant, pool, claim, spec): state after a restart."""
+        _api, cache = await self._ready()
+        return [pod_state(p) for p in cache.pods()]
+
+    async def failure(self, sandbox_id: str) -> PodState | None:
+        """The pod's state when it failed (preempted, evicted, OOM, ...), else None."""
+        _api, cache = await self._ready()
+        pod = cache.get(sandbox_id)
+        if pod is None:
+            return None
+        state = pod_state(pod)
+        return state if state.failed else None
+
+    def executor_address(self, sandbox_id: str) -> str | None:
+        """``pod IP:port`` of the sandbox's executor (the data plane goes straight there)."""
+        pod = self.cache.get(sandbox_id)
+        if pod is None:
+            return None
+        state = pod_state(pod)
+        if not state.pod_ip:
+            return None
+        host = f"[{state.pod_ip}]" if ":" in state.pod_ip else state.pod_ip
+        return f"{host}:{self.settings.executor_port}"
+
+    async def images(self) -> builtins.list[ImageInfo]:
+        """The images the templates name (the registry holds them; sizes are unknown here)."""
+        names = {self.settings.default_image: True}
+        for tpl in [self.settings.default_template, *self.settings.templates.values()]:
+            if tpl.image:
+                names.setdefault(tpl.image, False)
+        return [ImageInfo(name=n, size_bytes=0, layers=0, is_default=d) for n, d in names.items()]
+
+    # ---- network policies ----------------------------------------------------------
+
+    async def ensure_network_policies(self, **kwargs: Any) -> builtins.list[str]:
+        """Create or replace the class-level sandbox NetworkPolicies; returns their names."""
+        api, _cache = await self._ready()
+        names = []
+        for policy in m.sandbox_network_policies(self.settings, **kwargs):
+            await api.apply_network_policy(policy)
+            names.append(policy["metadata"]["name"])
+        return names
+
+    @staticmethod
+    def _sandbox(state: PodState) -> BackendSandbox:
+        return BackendSandbox(sandbox_id=state.sandbox_id, running=state.ready, init_pid=0)

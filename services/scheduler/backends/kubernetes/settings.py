@@ -1,0 +1,112 @@
+"""Settings of the Kubernetes backend: frozen dataclasses whose defaults match the Helm chart.
+
+Nothing here talks to a cluster: building settings has no side effects (the API
+client is made when the backend starts), so tests and the chart can share them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GIB = 1 << 30
+
+# The same capabilities Docker grants minus the network and file-system ones a
+# sandbox never needs: enough for a root task to chown, switch users (orchard-init
+# starts commands as the requested uid/gid) and signal its own processes.
+DEFAULT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """How a sandbox pod of one template (= one warm pool) looks, beyond image and resources."""
+
+    name: str = "default"
+    """Template name; becomes the pod's ``orchard.dev/pool`` label."""
+    image: str = ""
+    """The task image, used unmodified; "" = ``KubernetesSettings.default_image``."""
+    cpu_millis: int = 1000
+    memory_bytes: int = GIB
+    ephemeral_storage_bytes: int = 0
+    """Scratch-disk limit (requests = limits); 0 = no limit."""
+    network_class: str = "none"
+    """Policy class: none | allowlist | internet (selects the class NetworkPolicy)."""
+    runtime_class_name: str = ""
+    """e.g. "gvisor" or "kata"; "" = the cluster's default runtime."""
+    run_as_non_root: bool = False
+    """True only for images that run as a non-root user (the kubelet refuses root then)."""
+    run_as_user: int | None = None
+    """uid for run_as_non_root images without a numeric USER."""
+    capabilities_add: tuple[str, ...] = DEFAULT_CAPABILITIES
+    """Added after dropping ALL."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """e.g. a spot node pool: ``{"cloud.google.com/gke-spot": "true"}``."""
+    tolerations: tuple[Mapping[str, str], ...] = ()
+    """e.g. ``({"key": "orchard.dev/spot", "operator": "Exists", "effect": "NoSchedule"},)``."""
+    priority_class_name: str = ""
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    namespace: str = "orchard-sandboxes"
+    """Namespace of the sandbox pods (the scheduler's RBAC covers this namespace only)."""
+    control_namespace: str = "orchard"
+    """Namespace of the gateway and scheduler (allowed to reach executors)."""
+    api_host: str = ""
+    """API server URL; "" = in-cluster config when running in a pod, else the kubeconfig."""
+    kubeconfig: Path | None = None
+    """Kubeconfig file; None = ``$KUBECONFIG`` or ``~/.kube/config``."""
+    default_image: str = "debian:bookworm-slim"
+    bundle_image: str = "orchard/executor-bundle:0.1.0"
+    """Image of the init container holding the executor bundle under ``/orchard-bundle``."""
+    bundle_path_in_image: str = "/orchard-bundle"
+    mount_path: str = "/.orchard"
+    """Where the bundle appears in the task container (read-only)."""
+    executor_port: int = 7070
+    token_secret_name: str = "orchard-executor-token"
+    """Secret with ``token.key``; mounted into the init container only."""
+    templates: Mapping[str, PodTemplate] = field(default_factory=dict)
+    """Pod templates by name; ``default_template`` is used for plain creates."""
+    default_template: PodTemplate = field(default_factory=PodTemplate)
+    ttl_backstop_grace_seconds: int = 300
+    """``activeDeadlineSeconds`` = age + ttl + this: the kubelet ends a pod the scheduler forgot."""
+    unclaimed_lifetime_seconds: int = 24 * 3600
+    """Deadline of a warm-pool pod until it is claimed (lowered at claim)."""
+    ready_timeout_seconds: float = 180.0
+    """A create that is not Ready by then fails (image pulls on a cold node are slow)."""
+    watch_timeout_seconds: int = 60
+    """Server-side timeout of one watch call; the cache reconnects from its resourceVersion."""
+    request_timeout_seconds: float = 30.0
+    max_retries: int = 5
+    """Attempts for 429 / 5xx answers (honouring Retry-After)."""
+    max_retry_after_seconds: float = 10.0
+    delete_grace_seconds: int = 0
+    """Pods hold no state worth a graceful stop: delete at once."""
+
+    @classmethod
+    def from_env(cls) -> KubernetesSettings:
+        """Settings from ``ORCHARD_K8S_*`` variables (what the Helm chart sets)."""
+        env = os.environ
+        kubeconfig = env.get("KUBECONFIG")
+        return cls(
+            namespace=env.get("ORCHARD_K8S_NAMESPACE", cls.namespace),
+            control_namespace=env.get("ORCHARD_K8S_CONTROL_NAMESPACE", cls.control_namespace),
+            api_host=env.get("ORCHARD_K8S_API_HOST", ""),
+            kubeconfig=Path(kubeconfig.split(os.pathsep)[0]) if kubeconfig else None,
+            default_image=env.get("ORCHARD_K8S_DEFAULT_IMAGE", cls.default_image),
+            bundle_image=env.get("ORCHARD_K8S_BUNDLE_IMAGE", cls.bundle_image),
+            executor_port=int(env.get("ORCHARD_K8S_EXECUTOR_PORT", cls.executor_port)),
+            token_secret_name=env.get("ORCHARD_K8S_TOKEN_SECRET", cls.token_secret_name),
+        )
+
+    def template(self, name: str) -> PodTemplate:
+        if not name or name == self.default_template.name:
+            return self.templates.get(name or self.default_template.name, self.default_template)
+        return self.templates[name]
+
+    @property
+    def run_dir(self) -> str:
+        """The executor's run folder (sandbox.json, init.sock, token.key): a writable emptyDir."""
+        return f"{self.mount_path}/run"
