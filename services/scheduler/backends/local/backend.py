@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta
+from orchard.common.tokens import load_or_create_key
 
 from ..base import (
     NETWORK_NONE,
@@ -47,6 +48,7 @@ from .images import (
     image_env_defaults,
     normalize_image_name,
 )
+from .injected import InjectedRuntime, check_bundle
 from .runc import Runc, kill_and_wait
 from .settings import LocalSettings
 
@@ -131,6 +133,11 @@ class LocalBackend:
         check_sandbox_id(sandbox_id)
         async with self._id_lock(sandbox_id):
             await self._in_thread(lambda: _merge_env(self.layout.sandbox(sandbox_id), env))
+            if self.settings.executor_bundle is not None:
+                inject = InjectedRuntime(
+                    self.settings.executor_bundle, self.layout.sandbox(sandbox_id)
+                )
+                await self._in_thread(lambda: inject.update_env(env))
 
     async def images(self) -> builtins.list[ImageInfo]:
         default = self.settings.default_image
@@ -234,14 +241,28 @@ class LocalBackend:
         for folder in (sandbox.rootfs, sandbox.upper, sandbox.work):
             folder.mkdir()
         overlay.mount_overlay(sandbox.rootfs, image.layer_paths, sandbox.upper, sandbox.work)
+        bundle = self.settings.executor_bundle
+        inject = None if bundle is None else InjectedRuntime(check_bundle(bundle), sandbox)
         config = oci_config.build_config(
             sandbox_id=spec.sandbox_id,
             rootfs=sandbox.rootfs,
             init_binary=init_binary,
             limits=oci_config.ContainerLimits(spec.cpu_millis, spec.memory_bytes, spec.pids),
+            injected=inject,
         )
         oci_config.write_config(sandbox.dir, config)
-        with init_socket.listen_at(sandbox.init_socket) as listener:
+        env = image_env_defaults(image.env)
+        env.update(spec.env)
+        meta = SandboxMeta(
+            sandbox_id=spec.sandbox_id,
+            env=env,
+            memory_cgroup=str(cgroups.memory_cgroup_dir(spec.sandbox_id)),
+            cwd=image.cwd,
+        )
+        if inject is not None:
+            inject.prepare(meta, load_or_create_key(self.layout.token_key))
+        socket_path = sandbox.init_socket if inject is None else inject.init_socket
+        with init_socket.listen_at(socket_path) as listener:
             init_pid = self.runc.run_detached(
                 spec.sandbox_id,
                 sandbox.dir,
@@ -249,15 +270,11 @@ class LocalBackend:
                 sandbox.dir / PID_FILE,
                 sandbox.dir / LOG_FILE,
             )
-        env = image_env_defaults(image.env)
-        env.update(spec.env)
-        SandboxMeta(
-            sandbox_id=spec.sandbox_id,
-            env=env,
-            memory_cgroup=str(cgroups.memory_cgroup_dir(spec.sandbox_id)),
-            init_pid=init_pid,
-            cwd=image.cwd,
-        ).write(sandbox.meta_file)
+        if inject is not None:
+            inject.wait_ready(
+                init_pid, sandbox.dir / LOG_FILE, self.settings.executor_start_timeout
+            )
+        replace(meta, init_pid=init_pid).write(sandbox.meta_file)
         return BackendSandbox(spec.sandbox_id, running=True, init_pid=init_pid)
 
     def _delete_sync(self, sandbox_id: str) -> None:

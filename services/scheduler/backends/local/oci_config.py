@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .injected import InjectedRuntime
 from .seccomp import seccomp_profile
 
 INIT_PATH_IN_CONTAINER = "/.orchard/init"
@@ -107,8 +108,14 @@ def build_config(
     init_binary: Path,
     limits: ContainerLimits,
     netns_path: str | None = None,
+    injected: InjectedRuntime | None = None,
 ) -> dict[str, Any]:
-    """The OCI runtime spec (1.0.2) for one sandbox."""
+    """The OCI runtime spec (1.0.2) for one sandbox.
+
+    ``injected``: the sandbox runs its own executor from the bundle
+    (``injected.py``): its entry is the process and the bundle and run folder
+    are mounted instead of the host's orchard-init.
+    """
     network_ns: dict[str, str] = {"type": "network"}
     if netns_path:
         network_ns["path"] = netns_path
@@ -119,7 +126,11 @@ def build_config(
         "process": {
             "terminal": False,
             "user": {"uid": 0, "gid": 0},
-            "args": [INIT_PATH_IN_CONTAINER, "--listen-fd", str(INIT_LISTEN_FD)],
+            "args": (
+                injected.process_args(INIT_LISTEN_FD)
+                if injected is not None
+                else [INIT_PATH_IN_CONTAINER, "--listen-fd", str(INIT_LISTEN_FD)]
+            ),
             # Only init's own environment; commands get sandbox.json's env.
             "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
             "cwd": "/",
@@ -156,11 +167,17 @@ def build_config(
             ),
             _mount("/dev/mqueue", "mqueue", "mqueue", ["nosuid", "noexec", "nodev"]),
             _mount("/sys", "sysfs", "sysfs", ["nosuid", "noexec", "nodev", "ro"]),
-            _mount(
-                INIT_PATH_IN_CONTAINER,
-                "bind",
-                str(init_binary),
-                ["bind", "ro", "nosuid", "nodev"],
+            *(
+                injected.mounts()
+                if injected is not None
+                else [
+                    _mount(
+                        INIT_PATH_IN_CONTAINER,
+                        "bind",
+                        str(init_binary),
+                        ["bind", "ro", "nosuid", "nodev"],
+                    )
+                ]
             ),
         ],
         "linux": {

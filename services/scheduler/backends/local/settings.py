@@ -25,15 +25,24 @@ class LocalSettings:
     """orchard-init on the host (``python -m orchard.executor.initbin`` prints it); required to create."""
     parallelism: int = 0
     """How many runc/mount operations run at once; 0 means cores * 4."""
+    executor_bundle: Path | None = None
+    """Injected mode when set: the executor bundle (``python -m orchard.executor.bundle
+    build`` prints it); each sandbox then runs its own executor from it, mounted
+    read-only, reached at ``unix:<sandbox folder>/run/executor.sock``. None: the
+    node executor serves every sandbox."""
+    executor_start_timeout: float = 30.0
+    """Injected mode: how long a create waits for the sandbox's executor to serve."""
 
     @classmethod
     def from_env(cls) -> LocalSettings:
         images = os.environ.get("ORCHARD_IMAGES_DIR")
         init = os.environ.get("ORCHARD_INIT_BINARY")
+        bundle = os.environ.get("ORCHARD_EXECUTOR_BUNDLE")
         return cls(
             home=orchard_home(),
             images_dir=Path(images) if images else None,
             init_binary=Path(init) if init else None,
+            executor_bundle=Path(bundle) if bundle else None,
         )
 
     @property

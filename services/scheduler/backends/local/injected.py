@@ -1,0 +1,174 @@
+"""The injected runtime on the local backend: each sandbox runs its own executor.
+
+The same mechanism as a Kubernetes pod: the executor bundle (built by
+``python -m orchard.executor.bundle build``) is bind-mounted read-only at
+``/.orchard/bundle``, and the container's process is the bundle's
+``orchard-entry``, which starts the bundled executor and then execs the
+bundled orchard-init as pid 1. Nothing of the image is used or changed: the
+mount points live in the sandbox's overlay upper dir, never in a layer.
+
+The host side of the sandbox folder gets ``run/`` (0700), bind-mounted at
+``/.orchard/run``:
+
+    run/init.sock       orchard-init's socket (bound on the host, handed in as fd 3)
+    run/sandbox.json    the sandbox as the executor inside sees it (init pid 1, its
+                        own memory cgroup path)
+    run/token.key       the node's token key; the executor reads it and removes it
+                        before any sandbox code can run
+    run/executor.sock   where the executor serves (``unix:`` address for the host)
+    run/executor.addr   written by the executor once it serves: the readiness signal
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from orchard.common.layout import SandboxLayout, SandboxMeta
+
+from ..base import BackendError
+
+BUNDLE_IN_CONTAINER = "/.orchard/bundle"
+RUN_IN_CONTAINER = "/.orchard/run"
+EXECUTOR_SOCKET = "executor.sock"
+READY_FILE = "executor.addr"
+TOKEN_KEY_FILE = "token.key"
+META_FILE = "sandbox.json"
+INIT_SOCKET = "init.sock"
+ENTRY = "bin/orchard-entry"
+BUNDLE_MANIFEST = "bundle.json"
+# cgroup v1: the sandbox's memory cgroup as it appears inside (cgroup namespace).
+MEMORY_CGROUP_IN_CONTAINER = "/sys/fs/cgroup/memory"
+LOG_TAIL = 2000
+
+
+def run_dir(sandbox: SandboxLayout) -> Path:
+    return sandbox.dir / "run"
+
+
+def executor_address(sandbox: SandboxLayout) -> str:
+    """The gRPC address the host (or a client on it) reaches the sandbox's executor at."""
+    return f"unix:{run_dir(sandbox) / EXECUTOR_SOCKET}"
+
+
+def check_bundle(bundle: Path) -> Path:
+    """The bundle folder, resolved, if it looks built; else a clear failure."""
+    entry = bundle / ENTRY
+    if not (bundle / BUNDLE_MANIFEST).is_file() or not os.access(entry, os.X_OK):
+        raise BackendError.failure(
+            f"executor bundle {bundle} is missing or incomplete "
+            "(`python -m orchard.executor.bundle build` builds it and prints its path)"
+        )
+    return bundle.resolve()
+
+
+@dataclass(frozen=True)
+class InjectedRuntime:
+    """One sandbox's injected executor: its mounts, process and run folder."""
+
+    bundle: Path
+    sandbox: SandboxLayout
+
+    @property
+    def run_dir(self) -> Path:
+        return run_dir(self.sandbox)
+
+    @property
+    def init_socket(self) -> Path:
+        return self.run_dir / INIT_SOCKET
+
+    def process_args(self, init_fd: int) -> list[str]:
+        return [
+            f"{BUNDLE_IN_CONTAINER}/{ENTRY}",
+            "--run-dir",
+            RUN_IN_CONTAINER,
+            "--init-fd",
+            str(init_fd),
+            "--listen",
+            f"unix:{RUN_IN_CONTAINER}/{EXECUTOR_SOCKET}",
+        ]
+
+    def mounts(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "destination": BUNDLE_IN_CONTAINER,
+                "type": "bind",
+                "source": str(self.bundle),
+                "options": ["rbind", "ro", "nosuid", "nodev"],
+            },
+            {
+                "destination": RUN_IN_CONTAINER,
+                "type": "bind",
+                "source": str(self.run_dir),
+                "options": ["bind", "rw", "nosuid", "nodev", "noexec"],
+            },
+            # The executor reads its memory cgroup's oom_kill counter here.
+            {
+                "destination": "/sys/fs/cgroup",
+                "type": "cgroup",
+                "source": "cgroup",
+                "options": ["nosuid", "noexec", "nodev", "relatime", "ro"],
+            },
+        ]
+
+    def prepare(self, meta: SandboxMeta, token_key: bytes) -> None:
+        """Make run/ with what the executor inside reads at start."""
+        self.run_dir.mkdir(mode=0o700)
+        inside = SandboxMeta(
+            sandbox_id=meta.sandbox_id,
+            env=meta.env,
+            memory_cgroup=MEMORY_CGROUP_IN_CONTAINER,
+            init_pid=1,
+            cwd=meta.cwd,
+        )
+        inside.write(self.run_dir / META_FILE)
+        fd = os.open(
+            self.run_dir / TOKEN_KEY_FILE,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+            0o600,
+        )
+        with os.fdopen(fd, "wb") as out:
+            out.write(token_key)
+
+    def update_env(self, env: dict[str, str]) -> None:
+        """Merge ``env`` into what the executor inside starts commands with."""
+        path = self.run_dir / META_FILE
+        meta = SandboxMeta.from_json(path.read_text())
+        replace(meta, env={**meta.env, **env}).write(path)
+
+    def wait_ready(self, init_pid: int, log_file: Path, timeout: float) -> None:
+        """Return once the executor serves; a clear failure if it dies or takes too long."""
+        ready = self.run_dir / READY_FILE
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while not ready.exists():
+            if not _alive(init_pid):
+                raise BackendError.failure(
+                    f"the injected executor's sandbox exited during start: {_tail(log_file)}"
+                )
+            if time.monotonic() > deadline:
+                raise BackendError.failure(
+                    f"the injected executor did not serve within {timeout:g} s: {_tail(log_file)}"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _alive(pid: int) -> bool:
+    """The pid exists and is not a zombie (a dead init stays one until runc reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def _tail(log_file: Path) -> str:
+    try:
+        return log_file.read_text(errors="replace")[-LOG_TAIL:].strip() or "(no output)"
+    except OSError:
+        return "(no log)"
