@@ -6,6 +6,7 @@
     orchard cp SRC DST                             ID:/path on either side
     orchard ls | orchard rm ID...
     orchard image ls | import SOURCE --name N | build-default
+    orchard tenant create|ls|revoke|rotate-key|quota   tenants, API keys, quotas (node admin)
     orchard pool ls | hint TEMPLATE N [--within S]  warm pools of templates
 
 Exit codes: 0 success; 1 an Orchard error (message on stderr, no traceback);
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 
 from orchard.client import OrchardError
 
-from . import _images, _pools, _sandboxes, _up
+from . import _images, _pools, _sandboxes, _tenants, _up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     _up.register(commands)
     _sandboxes.register(commands)
     _images.register(commands)
+    _tenants.register(commands)
     _pools.register(commands)
     return parser
 

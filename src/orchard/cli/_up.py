@@ -43,6 +43,12 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--port", type=int, default=50051, help="gateway port (default 50051; 0 picks a free one)"
     )
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="REST/JSON port (default 50080, or a free one with --port 0; -1: no REST front)",
+    )
     p.set_defaults(run=cmd_up)
 
 
@@ -122,7 +128,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     home: Path = (args.home or orchard_home()).resolve()
     layout = NodeLayout(home)
     layout.run.mkdir(parents=True, exist_ok=True)
-    for stale in ("gateway.addr", "scheduler.addr", "executor.addr"):
+    for stale in ("gateway.addr", "scheduler.addr", "executor.addr", "gateway-http.addr"):
         (layout.run / stale).unlink(missing_ok=True)
     env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
 
@@ -135,28 +141,37 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
 
+    # Every service serves Prometheus /metrics on a free port (run/<service>.metrics.addr).
+    metrics = ["--metrics-listen", "127.0.0.1:0"]
+    http_port = args.http_port if args.http_port is not None else (0 if args.port == 0 else 50080)
+    rest = [] if http_port < 0 else ["--http-listen", f"{args.host}:{http_port}"]
     children: list[Child] = []
     try:
         executor, executor_addr = _start(
-            "executor", "orchard.executor", ["--listen", "127.0.0.1:0"], home, env
+            "executor", "orchard.executor", ["--listen", "127.0.0.1:0", *metrics], home, env
         )
         children.append(executor)
         scheduler, scheduler_addr = _start(
             "scheduler",
             "orchard.scheduler",
             ["--listen", "127.0.0.1:0", "--executor-address", executor_addr, "--backend", "local",
-             "--init-binary", str(ensure_init_binary(home)), "--delete-all-on-shutdown"],
+             "--init-binary", str(ensure_init_binary(home)), "--delete-all-on-shutdown", *metrics],
             home,
             env,
         )  # fmt: skip
         children.append(scheduler)
         gateway, endpoint = _start(
-            "gateway", "orchard.gateway", ["--listen", f"{args.host}:{args.port}", "--scheduler", scheduler_addr],
+            "gateway", "orchard.gateway", ["--listen", f"{args.host}:{args.port}", "--scheduler", scheduler_addr,
+                                           *metrics, *rest],
             home, env,
         )  # fmt: skip
         children.append(gateway)
         print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
         print(f"Dev API key: {home / 'dev-api-key'}", flush=True)
+        if rest:
+            http = (layout.run / "gateway-http.addr").read_text().strip()
+            print(f"REST/JSON: http://{http}/v1/<Service>/<Method>", flush=True)
+        print(f"Metrics: {layout.run}/<service>.metrics.addr (Prometheus /metrics)", flush=True)
         print(
             f"Logs: {home / 'logs'}  (Ctrl-C stops the stack and deletes its sandboxes)", flush=True
         )

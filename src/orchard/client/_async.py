@@ -31,7 +31,7 @@ from ._core import (
     session_run_request,
     translate_errors,
 )
-from ._errors import SandboxNotFoundError
+from ._errors import QuotaExceededError, SandboxNotFoundError
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -42,6 +42,7 @@ from ._models import (
     image_info,
     sandbox_info,
 )
+from ._quota_wait import QuotaWait
 
 _END = object()
 R = TypeVar("R")
@@ -74,16 +75,26 @@ class AsyncSandbox(SandboxCore):
         timeout: float | None = 120.0,  # noqa: ASYNC109 (the call's deadline)
         template: str | None = None,
         files: Mapping[str, bytes | str] | None = None,
+        wait_for_quota: float = 0.0,
     ) -> AsyncSandbox:
         """See :meth:`Sandbox.create` (same arguments and units)."""
         config = ClientConfig.resolve(endpoint, api_key)
         request = _requests.create_request(
             image, cpu, memory, network, ttl, labels, env, request_id, pids, template
         )
-        with translate_errors():
-            msg = await _control(config).CreateSandbox(
-                request, metadata=api_metadata(config), timeout=timeout
-            )
+        quota_wait = QuotaWait(wait_for_quota)
+        while True:
+            try:
+                with translate_errors():
+                    msg = await _control(config).CreateSandbox(
+                        request, metadata=api_metadata(config), timeout=timeout
+                    )
+                break
+            except QuotaExceededError as exc:
+                delay = quota_wait.next_delay(exc)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
         sandbox = cls(msg, config)
         if files:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Self
@@ -27,7 +28,7 @@ from ._core import (
     session_run_request,
     translate_errors,
 )
-from ._errors import SandboxNotFoundError
+from ._errors import QuotaExceededError, SandboxNotFoundError
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -38,6 +39,7 @@ from ._models import (
     image_info,
     sandbox_info,
 )
+from ._quota_wait import QuotaWait
 
 
 def _control(config: ClientConfig) -> sandbox_pb2_grpc.SandboxServiceStub:
@@ -69,6 +71,7 @@ class Sandbox(SandboxCore):
         timeout: float | None = 120.0,
         template: str | None = None,
         files: Mapping[str, _requests.FileData] | None = None,
+        wait_for_quota: float = 0.0,
     ) -> Sandbox:
         """Create a sandbox and wait until it is READY.
 
@@ -81,15 +84,28 @@ class Sandbox(SandboxCore):
         ``template`` claims a warm sandbox of that template (image, resources and
         network come from it; leave them unset); ``env``, ``labels``, ``ttl`` and
         ``files`` (path -> content, written before this returns) apply to the claim.
+
+        ``wait_for_quota`` (seconds): when the tenant is over a quota, keep
+        retrying that long, sleeping the server's ``retry-after`` between tries,
+        before raising :class:`QuotaExceededError` (0: raise at once).
         """
         config = ClientConfig.resolve(endpoint, api_key)
         request = _requests.create_request(
             image, cpu, memory, network, ttl, labels, env, request_id, pids, template
         )
-        with translate_errors():
-            msg = _control(config).CreateSandbox(
-                request, metadata=api_metadata(config), timeout=timeout
-            )
+        quota_wait = QuotaWait(wait_for_quota)
+        while True:
+            try:
+                with translate_errors():
+                    msg = _control(config).CreateSandbox(
+                        request, metadata=api_metadata(config), timeout=timeout
+                    )
+                break
+            except QuotaExceededError as exc:
+                delay = quota_wait.next_delay(exc)
+                if delay is None:
+                    raise
+                time.sleep(delay)
         sandbox = cls(msg, config)
         if files:
             try:
