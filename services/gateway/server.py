@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import structlog
 
+from orchard._proto.orchard.v1 import pools_pb2
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
@@ -89,7 +90,10 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         QuotaFile(settings.home / QUOTA_FILE),
         create_slots=settings.create_slots,
     )
-    server.add_generic_rpc_handlers((forwarding_handler(service),))
+    pool_service = pools_pb2.DESCRIPTOR.services_by_name["PoolService"]
+    server.add_generic_rpc_handlers(
+        (forwarding_handler(service), forwarding_handler(service, pool_service))
+    )
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise RuntimeError(f"cannot listen on {settings.listen}")
