@@ -93,6 +93,7 @@ def test_pod_security_and_resources() -> None:
         "runAsNonRoot": True,
         "runAsUser": 65532,
         "runAsGroup": 65532,
+        "fsGroup": 65532,
     }
     task = spec["containers"][0]
     assert task["image"] == "python:3.11-slim"  # unmodified image, only the command is replaced
@@ -133,6 +134,13 @@ def test_unsafe_values_are_refused() -> None:
         )
     with pytest.raises(BackendError):
         m.sandbox_pod(SandboxSpec(sandbox_id="sb-a"), settings, deadline_seconds=0)
+    with pytest.raises(BackendError):
+        m.sandbox_pod(
+            SandboxSpec(sandbox_id="sb-a"),
+            settings,
+            PodTemplate(run_as_non_root=True),
+            deadline_seconds=10,
+        )
     # A tenant name that is not a valid label value is kept only in the annotation.
     pod = m.sandbox_pod(
         SandboxSpec(sandbox_id="sb-abc"), settings, tenant="evil/../x y", deadline_seconds=10

@@ -155,10 +155,13 @@ def sandbox_pod(
         annotations[A_CLAIMED_AT] = f"{created_at:.3f}"
     pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     if tpl.run_as_non_root:
+        if tpl.run_as_user is None or tpl.run_as_user <= 0:
+            # The uid is needed as fsGroup too: the token Secret must be readable by it.
+            raise BackendError.invalid(f"template {tpl.name!r}: run_as_non_root needs run_as_user")
         pod_security["runAsNonRoot"] = True
-        if tpl.run_as_user is not None:
-            pod_security["runAsUser"] = tpl.run_as_user
-            pod_security["runAsGroup"] = tpl.run_as_user
+        pod_security["runAsUser"] = tpl.run_as_user
+        pod_security["runAsGroup"] = tpl.run_as_user
+        pod_security["fsGroup"] = tpl.run_as_user
     container_security: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
         "privileged": False,
@@ -228,7 +231,7 @@ def sandbox_pod(
             {"name": RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
             {
                 "name": TOKEN_VOLUME,
-                "secret": {"secretName": settings.token_secret_name, "defaultMode": 0o400},
+                "secret": {"secretName": settings.token_secret_name, "defaultMode": 0o440},
             },
         ],
     }

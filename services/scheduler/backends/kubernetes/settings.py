@@ -38,7 +38,7 @@ class PodTemplate:
     run_as_non_root: bool = False
     """True only for images that run as a non-root user (the kubelet refuses root then)."""
     run_as_user: int | None = None
-    """uid for run_as_non_root images without a numeric USER."""
+    """uid (and gid, fsGroup) for run_as_non_root; required with it."""
     capabilities_add: tuple[str, ...] = DEFAULT_CAPABILITIES
     """Added after dropping ALL."""
     node_selector: Mapping[str, str] = field(default_factory=dict)
