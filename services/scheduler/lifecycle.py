@@ -29,8 +29,8 @@ import grpc
 import structlog
 
 from orchard.common.errors import ServiceError, infrastructure, not_found
-from orchard.common.metrics import observe_phase
 from orchard.common.layout import NodeLayout
+from orchard.common.metrics import observe_phase
 from orchard.common.tokens import TokenSigner
 from orchard.common.tracing import span
 

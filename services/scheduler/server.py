@@ -81,6 +81,11 @@ class RunningScheduler:
         if settings.delete_all_on_shutdown:
             await self.lifecycle.delete_all("the scheduler shut down")
         await self.lifecycle.wait_idle()
+        # The backend's own shutdown (the local one stops its egress proxy and
+        # removes the bridge and nft tables once no sandbox needs them).
+        close = getattr(self.lifecycle.backend, "close", None)
+        if close is not None:
+            await close()
         self.store.close()
         (self.store_home / "run" / "scheduler.addr").unlink(missing_ok=True)
         log.info("scheduler stopped")

@@ -15,16 +15,23 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from orchard._proto.orchard.v1 import common_pb2, sandbox_pb2, sandbox_pb2_grpc
-from orchard.common.errors import ServiceError, invalid, not_found, precondition, unauthenticated
+from orchard.common.errors import (
+    ServiceError,
+    infrastructure,
+    invalid,
+    not_found,
+    precondition,
+    unauthenticated,
+)
 from orchard.common.layout import is_valid_sandbox_id
 from orchard.common.logging import bind_call
 from orchard.common.metrics import observe_phase
 
+from .backends.base import BackendError
 from .lifecycle import SandboxLifecycle, failed_create_error, lease_end
+from .network_policies import NetworkUpdatingBackend, policy_from_proto, policy_to_proto
 from .pool_filler import PoolFiller
 from .status import reports_errors
-from .backends.base import BackendError
-from .network_policies import NetworkUpdatingBackend, policy_from_proto, policy_to_proto
 from .store import USABLE_STATES, SandboxRecord, State
 from .tenant_quota import check_create_quota, remember_call_quota
 from .validation import validate_create, validate_labels, validate_template_request

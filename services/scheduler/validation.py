@@ -2,19 +2,20 @@
 
 Every refusal is INVALID_ARGUMENT (reason INVALID_FIELD) with a message that
 names the field, so a client sees what to fix without reading server logs.
-Network modes other than NONE are well-formed but not served yet: those are
-FAILED_PRECONDITION, a different fix (wait for the feature), not a typo.
+The network policy is checked by ``network_policies.policy_from_proto``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchard._proto.orchard.v1 import common_pb2, sandbox_pb2
-from orchard.common.errors import ServiceError, invalid, precondition
+from orchard.common.errors import ServiceError, invalid
 from orchard.common.layout import IMAGE_NAME_RE
 
+from .backends.netpolicy.policy import NetworkPolicySpec
+from .network_policies import mode_number, policy_from_proto
 from .settings import CreateLimits
 
 # Label keys: like Kubernetes label names (an optional dns-ish prefix and a name).
@@ -40,6 +41,7 @@ class ValidatedCreate:
     env: dict[str, str]
     request_id: str
     network_mode: int = _Mode.NONE
+    network: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
 
 
 def _bounded(name: str, value: int, default: int, low: int, high: int, unit: str) -> int:
@@ -94,18 +96,8 @@ def validate_env(env: dict[str, str], limits: CreateLimits) -> dict[str, str]:
     return dict(env)
 
 
-def validate_network(network: common_pb2.NetworkPolicy) -> int:
-    mode = network.mode
-    if mode in (_Mode.MODE_UNSPECIFIED, _Mode.NONE):
-        if network.cidrs or network.ports or network.domains:
-            raise invalid("network: cidrs, ports and domains are only allowed with mode ALLOWLIST")
-        return _Mode.NONE
-    if mode in (_Mode.ALLOWLIST, _Mode.INTERNET):
-        raise precondition(
-            f"network mode {_Mode.Name(mode)} is not yet supported; only NONE (loopback only) is",
-            reason="INVALID_FIELD",
-        )
-    raise invalid(f"network.mode: unknown value {mode}")
+def validate_network(network: common_pb2.NetworkPolicy) -> NetworkPolicySpec:
+    return policy_from_proto(network)
 
 
 def validate_create(
@@ -157,7 +149,7 @@ def validate_create(
         raise invalid(
             f"request_id: up to {limits.max_request_id_chars} printable ASCII characters without spaces"
         )
-    network_mode = validate_network(request.network)
+    network = validate_network(request.network)
     return ValidatedCreate(
         image=image,
         cpu_millis=cpu,
@@ -167,7 +159,8 @@ def validate_create(
         labels=validate_labels(dict(request.labels), limits),
         env=validate_env(dict(request.env), limits),
         request_id=request_id,
-        network_mode=network_mode,
+        network_mode=mode_number(network),
+        network=network,
     )
 
 

@@ -33,7 +33,6 @@ from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta
 from orchard.common.tokens import load_or_create_key
 
 from ..base import (
-    NETWORK_NONE,
     BackendError,
     BackendSandbox,
     ImageInfo,
@@ -41,6 +40,7 @@ from ..base import (
     check_sandbox_id,
     valid_sandbox_id,
 )
+from ..netpolicy.policy import NetworkPolicySpec
 from . import cgroups, init_socket, oci_config, overlay
 from .images import (
     ImageStore,
@@ -49,6 +49,7 @@ from .images import (
     normalize_image_name,
 )
 from .injected import InjectedRuntime, check_bundle
+from .network import SandboxNetworking
 from .runc import Runc, kill_and_wait
 from .settings import LocalSettings
 
@@ -82,6 +83,7 @@ class LocalBackend:
         self._image_cache: dict[str, tuple[int, StoredImage]] = {}
         self._init_binary: Path | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self.network = SandboxNetworking(settings.network, self.layout)
         for folder in (self.layout.sandboxes, settings.runc_root):
             folder.mkdir(parents=True, exist_ok=True)
 
@@ -89,11 +91,6 @@ class LocalBackend:
 
     async def create(self, spec: SandboxSpec) -> BackendSandbox:
         check_sandbox_id(spec.sandbox_id)
-        if spec.network_mode != NETWORK_NONE:
-            raise BackendError.invalid(
-                f"network mode {spec.network_mode!r} is not supported by the local backend",
-                reason="UNSUPPORTED",
-            )
         if spec.cpu_millis <= 0 or spec.memory_bytes <= 0 or spec.pids <= 0:
             raise BackendError.invalid("cpu, memory and pids limits must be positive")
         async with self._id_lock(spec.sandbox_id), self._slots:
@@ -103,7 +100,10 @@ class LocalBackend:
                 self._pool, self._create_sync, spec, image, init_binary
             )
             try:
-                return await asyncio.shield(future)
+                created = await asyncio.shield(future)
+                if spec.network.networked:
+                    await self._network_or_undo(created, spec)
+                return created
             except asyncio.CancelledError:
                 self._undo_after(future, spec.sandbox_id)
                 raise
@@ -116,8 +116,31 @@ class LocalBackend:
                     self._pool, self._delete_sync, sandbox_id
                 )
             )
+            self.network.forget_after_delete(sandbox_id)
+
+    async def update_network(self, sandbox_id: str, policy: NetworkPolicySpec) -> None:
+        """Give a running sandbox a new network policy (``netpolicy``); effective on return."""
+        check_sandbox_id(sandbox_id)
+        async with self._id_lock(sandbox_id):
+            current = await self._in_thread(lambda: self._inspect_sync(sandbox_id))
+            if current is None or not current.running:
+                raise BackendError("SANDBOX_NOT_READY", f"sandbox {sandbox_id} is not running")
+            await self.network.apply(self._in_thread, sandbox_id, current.init_pid, policy)
+
+    async def _network_or_undo(self, created: BackendSandbox, spec: SandboxSpec) -> None:
+        try:
+            await self.network.apply(
+                self._in_thread, spec.sandbox_id, created.init_pid, spec.network
+            )
+        except BaseException as err:
+            try:
+                await self._in_thread(lambda: self._delete_sync(spec.sandbox_id))
+            except (BackendError, OSError) as cleanup_err:
+                err.add_note(f"cleanup after the failed network setup also failed: {cleanup_err}")
+            raise
 
     async def list(self) -> builtins.list[BackendSandbox]:
+        await self.network.adopt(self._in_thread)
         return await self._in_thread(self._list_sync)
 
     async def inspect(self, sandbox_id: str) -> BackendSandbox | None:
@@ -147,6 +170,7 @@ class LocalBackend:
         """Wait for background undo work and stop the thread pool; sandboxes stay."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        await self.network.close(self._in_thread)
         self._pool.shutdown(wait=True)
 
     # -- helpers on the event loop -----------------------------------------------
@@ -250,6 +274,7 @@ class LocalBackend:
             limits=oci_config.ContainerLimits(spec.cpu_millis, spec.memory_bytes, spec.pids),
             injected=inject,
         )
+        config["mounts"].append(self.network.resolv_conf_mount(sandbox.dir))
         oci_config.write_config(sandbox.dir, config)
         env = image_env_defaults(image.env)
         env.update(spec.env)
@@ -292,6 +317,7 @@ class LocalBackend:
                 # kill what runs in the sandbox's cgroups and drop the state.
                 _kill_cgroup_processes(sandbox_id)
                 shutil.rmtree(self.runc.state_dir(sandbox_id), ignore_errors=True)
+        self.network.detach_sync(sandbox_id)
         if sandbox.dir.exists():
             overlay.unmount_overlay(sandbox.rootfs)
         leftover = cgroups.remove_sandbox_cgroups(sandbox_id)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchard.common.layout import NodeLayout, orchard_home
+
+from ..netpolicy.settings import NetworkSettings
 
 DEFAULT_IMAGE = "debian:bookworm"
 
@@ -25,6 +27,9 @@ class LocalSettings:
     """orchard-init on the host (``python -m orchard.executor.initbin`` prints it); required to create."""
     parallelism: int = 0
     """How many runc/mount operations run at once; 0 means cores * 4."""
+    network: NetworkSettings = field(default_factory=NetworkSettings.from_env)
+    """Bridge, subnet and upstream DNS for sandboxes whose policy is not ``none``
+    (``ORCHARD_NET_*`` variables, see ``netpolicy.settings``)."""
     executor_bundle: Path | None = None
     """Injected mode when set: the executor bundle (``python -m orchard.executor.bundle
     build`` prints it); each sandbox then runs its own executor from it, mounted
