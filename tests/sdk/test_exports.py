@@ -12,7 +12,7 @@ EXPECTED = {
     "PathError", "PathEscapeError", "PathNotFoundError", "PermissionDeniedError", "QuotaExceededError",
     "Sandbox", "SandboxError", "SandboxInfo", "SandboxNotFoundError", "SandboxNotReadyError",
     "ServiceUnavailableError", "Session", "SessionError", "SandboxLimitError",
-    "PoolInfo", "async_hint", "async_list_pools", "hint", "list_pools",
+    "NetworkPolicy", "PoolInfo", "async_hint", "async_list_pools", "hint", "list_pools",
 }  # fmt: skip
 
 

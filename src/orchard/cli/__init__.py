@@ -8,6 +8,7 @@
     orchard image ls | import SOURCE --name N | build-default
     orchard tenant create|ls|revoke|rotate-key|quota   tenants, API keys, quotas (node admin)
     orchard pool ls | hint TEMPLATE N [--within S]  warm pools of templates
+    orchard net set ID MODE [--cidr C] [--port P] [--domain D] | net show ID
 
 Exit codes: 0 success; 1 an Orchard error (message on stderr, no traceback);
 2 bad usage. ``orchard exec`` exits with the command's own code, 128+N if a
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 
 from orchard.client import OrchardError
 
-from . import _images, _pools, _sandboxes, _tenants, _up
+from . import _images, _network, _pools, _sandboxes, _tenants, _up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     _images.register(commands)
     _tenants.register(commands)
     _pools.register(commands)
+    _network.register(commands)
     return parser
 
 

@@ -29,6 +29,7 @@ from ._errors import (
     SessionError,
 )
 from ._models import ExecEvent, ExecResult, ExecStatus, ImageInfo, OutputChunk, SandboxInfo
+from ._network import NetworkPolicy
 from ._pools import PoolInfo, async_hint, async_list_pools, hint, list_pools
 from ._sync import Sandbox, Session
 from ._tar import DownloadResult
@@ -49,6 +50,7 @@ __all__ = [
     "ImageNotFoundError",
     "InfrastructureError",
     "InvalidRequestError",
+    "NetworkPolicy",
     "OrchardError",
     "OutputChunk",
     "PathError",

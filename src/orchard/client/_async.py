@@ -42,6 +42,7 @@ from ._models import (
     image_info,
     sandbox_info,
 )
+from ._network import NetworkPolicy
 from ._quota_wait import QuotaWait
 
 _END = object()
@@ -64,7 +65,7 @@ class AsyncSandbox(SandboxCore):
         image: str | None = None,
         cpu: _values.Cpu | None = None,
         memory: _values.Memory | None = None,
-        network: str | None = None,
+        network: str | NetworkPolicy | None = None,
         ttl: _values.Ttl | None = None,
         labels: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
@@ -156,6 +157,23 @@ class AsyncSandbox(SandboxCore):
         with translate_errors():
             msg = await _control(self.config).GetSandbox(
                 self._get_request(), metadata=api_metadata(self.config)
+            )
+        self._remember(msg)
+        return self._info
+
+    async def set_network(
+        self,
+        network: str | NetworkPolicy,
+        *,
+        cidrs: Iterable[str] = (),
+        ports: Iterable[int] = (),
+        domains: Iterable[str] = (),
+    ) -> SandboxInfo:
+        """See :meth:`Sandbox.set_network`."""
+        request = _requests.network_update_request(self.id, network, cidrs, ports, domains)
+        with translate_errors():
+            msg = await _control(self.config).UpdateNetworkPolicy(
+                request, metadata=api_metadata(self.config)
             )
         self._remember(msg)
         return self._info

@@ -8,6 +8,8 @@ from typing import Literal
 
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
 
+from ._network import NetworkPolicy, network_from_proto
+
 SandboxState = Literal["pending", "ready", "claimed", "deleting", "deleted", "failed", "unknown"]
 
 
@@ -94,6 +96,8 @@ class SandboxInfo:
     """The template it was claimed from ("" for a plain create)."""
     fault: str = ""
     """For "failed": "client", "task" or "infrastructure" (drop the rollout)."""
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    """The network policy in force."""
 
 
 _STATES: dict[int, SandboxState] = {
@@ -129,6 +133,7 @@ def sandbox_info(msg: sandbox_pb2.Sandbox) -> SandboxInfo:
         tenant=msg.tenant,
         template=msg.template,
         fault=msg.fault,
+        network=network_from_proto(msg.network),
     )
 
 

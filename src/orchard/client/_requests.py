@@ -11,6 +11,7 @@ from orchard._proto.orchard.v1 import common_pb2, executor_pb2, sandbox_pb2
 
 from . import _values
 from ._errors import InvalidRequestError
+from ._network import NetworkPolicy
 
 CHUNK_BYTES = 256 * 1024
 """Size of file and tar chunks on the wire (well under gRPC's 4 MiB message cap)."""
@@ -24,7 +25,7 @@ def create_request(
     image: str | None = None,
     cpu: _values.Cpu | None = None,
     memory: _values.Memory | None = None,
-    network: str | None = None,
+    network: str | NetworkPolicy | None = None,
     ttl: _values.Ttl | None = None,
     labels: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
@@ -163,3 +164,21 @@ def check_remote_path(path: str, what: str = "path") -> str:
 
 def local_path(path: str | os.PathLike[str]) -> str:
     return os.fspath(path)
+
+
+def network_update_request(
+    sandbox_id: str,
+    network: str | NetworkPolicy,
+    cidrs: Iterable[str] = (),
+    ports: Iterable[int] = (),
+    domains: Iterable[str] = (),
+) -> sandbox_pb2.UpdateNetworkPolicyRequest:
+    """``network`` as a mode name (with the lists) or a whole :class:`NetworkPolicy`."""
+    extra = (tuple(cidrs), tuple(ports), tuple(domains))
+    if isinstance(network, str):
+        policy = NetworkPolicy(network, *extra)
+    elif any(extra):
+        raise InvalidRequestError("network: give lists either in the NetworkPolicy or as keywords")
+    else:
+        policy = network
+    return sandbox_pb2.UpdateNetworkPolicyRequest(id=sandbox_id, network=policy.to_proto())

@@ -39,6 +39,7 @@ from ._models import (
     image_info,
     sandbox_info,
 )
+from ._network import NetworkPolicy
 from ._quota_wait import QuotaWait
 
 
@@ -60,7 +61,7 @@ class Sandbox(SandboxCore):
         image: str | None = None,
         cpu: _values.Cpu | None = None,
         memory: _values.Memory | None = None,
-        network: str | None = None,
+        network: str | NetworkPolicy | None = None,
         ttl: _values.Ttl | None = None,
         labels: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
@@ -168,6 +169,27 @@ class Sandbox(SandboxCore):
         with translate_errors():
             msg = _control(self.config).GetSandbox(
                 self._get_request(), metadata=api_metadata(self.config)
+            )
+        self._remember(msg)
+        return self._info
+
+    def set_network(
+        self,
+        network: str | NetworkPolicy,
+        *,
+        cidrs: Iterable[str] = (),
+        ports: Iterable[int] = (),
+        domains: Iterable[str] = (),
+    ) -> SandboxInfo:
+        """Replace the sandbox's network policy; in force when this returns.
+
+        ``network`` is ``"none"``, ``"internet"``, ``"allowlist"`` (with ``cidrs``,
+        ``ports``, ``domains``) or a :class:`NetworkPolicy`.
+        """
+        request = _requests.network_update_request(self.id, network, cidrs, ports, domains)
+        with translate_errors():
+            msg = _control(self.config).UpdateNetworkPolicy(
+                request, metadata=api_metadata(self.config)
             )
         self._remember(msg)
         return self._info

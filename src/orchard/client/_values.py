@@ -16,6 +16,7 @@ import re
 from orchard._proto.orchard.v1 import common_pb2
 
 from ._errors import InvalidRequestError
+from ._network import NetworkPolicy, network_proto
 
 _UNITS = {
     "": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
@@ -80,17 +81,5 @@ def ttl_seconds(ttl: Ttl | None) -> int:
     return max(1, math.ceil(seconds))
 
 
-_MODES = {
-    "none": common_pb2.NetworkPolicy.NONE,
-    "allowlist": common_pb2.NetworkPolicy.ALLOWLIST,
-    "internet": common_pb2.NetworkPolicy.INTERNET,
-}
-
-
-def network_policy(network: str | None) -> common_pb2.NetworkPolicy:
-    if network is None:
-        return common_pb2.NetworkPolicy()
-    mode = _MODES.get(network.lower())
-    if mode is None:
-        raise InvalidRequestError(f"network: {network!r} is not one of {', '.join(_MODES)}")
-    return common_pb2.NetworkPolicy(mode=mode)
+def network_policy(network: str | NetworkPolicy | None) -> common_pb2.NetworkPolicy:
+    return network_proto(network)
