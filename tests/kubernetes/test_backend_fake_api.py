@@ -11,6 +11,7 @@ import pytest
 from orchard.scheduler.backends.base import BackendError, load_backend
 from orchard.scheduler.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from orchard.scheduler.backends.kubernetes import manifests as m
+from orchard.scheduler.backends.kubernetes.pod_status import pod_state
 
 from . import lifecycle
 from .conftest import NAMESPACE, fake_settings, started_backend
@@ -219,15 +220,7 @@ def test_platform_failures_are_infrastructure_faults(
         assert await backend.failure(sid) is None
         fake_api.set_status(NAMESPACE, sid, status)
         assert await backend.cache.wait_for(
-            lambda: (
-                (backend.cache.get(sid) or {}).get("status", {}) != {}
-                and bool(
-                    __import__("orchard.scheduler.backends.kubernetes.pod_status", fromlist=["x"])
-                    .pod_state(backend.cache.get(sid) or {})
-                    .failed
-                )
-            ),
-            10,
+            lambda: pod_state(backend.cache.get(sid) or {}).failed, 10
         )
         failed = await backend.failure(sid)
         assert failed is not None and failed.reason == reason and not failed.client_fault
