@@ -5,7 +5,10 @@ or a hint wakes it) it folds recent claims into each pool's rate, reads the
 member counts from the store, starts member creates up to the target (at most
 ``parallel_creates`` in flight over all pools, so cold creates still find
 backend slots) and, once a pool has held more than its target for
-``scale_down_delay_seconds``, removes the surplus oldest-first. A pool whose
+``scale_down_delay_seconds``, removes the surplus oldest-first. During a burst
+of claims, refills wait for a pause of ``refill_quiet_seconds`` (member creates
+are CPU-heavy runc work that would slow every claim of the burst down) unless
+the pool falls under ``refill_low_water`` of its target. A pool whose
 creates fail backs off (doubling) instead of spinning on a broken image.
 
 Members are taken out of the pool only by compare-and-set in the store (a
@@ -111,6 +114,7 @@ class PoolFiller:
         rec, outcome = await self.lifecycle.claim(tenant, req, pool.template)
         if outcome != "retry":
             pool.record_claim(hit=outcome == "hit")
+            pool.last_claim_at = self.clock()
             self.wake()
         return rec
 
@@ -133,12 +137,19 @@ class PoolFiller:
             pool.counts.claimed = found.get("claimed", 0)
             pool.counts.pending = len(self._making[name])
             pool.tick(now)
-            if now >= self._backoff_until.get(name, 0.0):
+            if now >= self._backoff_until.get(name, 0.0) and not self._claims_flowing(pool, now):
                 for _ in range(pool.to_make()):
                     self._start_member(pool)
                     started += 1
             self._shrink(pool, now)
         return started
+
+    def _claims_flowing(self, pool: WarmPool, now: float) -> bool:
+        """Hold refills during a burst of claims while the pool still has enough in hand."""
+        if now - pool.last_claim_at >= self.settings.refill_quiet_seconds:
+            return False
+        in_hand = pool.counts.ready + pool.counts.pending
+        return in_hand >= self.settings.refill_low_water * pool.target()
 
     def _start_member(self, pool: WarmPool) -> None:
         name = pool.template.name

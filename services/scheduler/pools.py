@@ -63,6 +63,7 @@ class WarmPool:
     counts: PoolCounts = field(default_factory=PoolCounts)
     hints: list[DemandHint] = field(default_factory=list)
     last_error: str = ""
+    last_claim_at: float = float("-inf")
     _claims_since_tick: int = 0
     _last_tick: float = 0.0
 

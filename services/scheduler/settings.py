@@ -53,6 +53,11 @@ class PoolSettings:
     """Ready members per claim expected during one refill."""
     hint_hold_seconds: float = 60.0
     """A hint stays live this long past its arrival time unless claims use it up first."""
+    refill_quiet_seconds: float = 0.25
+    """Refills wait until claims pause this long, so member creates (runc, CPU-heavy) do not
+    slow a burst of claims down; a pool below ``refill_low_water`` of its target refills at once."""
+    refill_low_water: float = 0.5
+    """Fraction of the target under which a pool refills even while claims keep coming."""
     max_failure_backoff_seconds: float = 60.0
     """After failed member creates a pool waits, doubling up to this, before trying again."""
 

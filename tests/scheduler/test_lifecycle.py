@@ -13,6 +13,7 @@ from orchard.scheduler.store import State
 from orchard._proto.orchard.v1 import sandbox_pb2
 
 from .conftest import EnvFakeBackend, start_pool_plane
+from .waiting import wait_for
 
 
 @pytest.mark.parametrize("template", ["", "small"])
@@ -36,6 +37,10 @@ def test_concurrent_retries_of_one_request_id_make_one_sandbox(
         # Another tenant's request_id space is its own.
         other = plane.stub.CreateSandbox(request, metadata=plane.auth("bob"))
         assert other.id != got[0].id
+        wait_for(
+            lambda: plane.loop.call(plane.scheduler.store.pool_counts)["small"]["ready"] == 4,
+            what="the pool refilled before the restart",
+        )
     finally:
         plane.stop()
         plane.loop.close()
