@@ -97,14 +97,14 @@ class FairCreateQueue:
             except asyncio.CancelledError:
                 if future.done() and not future.cancelled():
                     # The slot was handed to us just as we were cancelled: pass it on.
-                    self._release()
+                    self._release(tenant)
                 else:
                     self._forget(tenant, future)
                 raise
         try:
             yield time.monotonic() - started
         finally:
-            self._release()
+            self._release(tenant)
 
     def _forget(self, tenant: str, future: asyncio.Future[None]) -> None:
         queue = self._waiting.get(tenant)
@@ -115,8 +115,13 @@ class FairCreateQueue:
         if not queue:
             del self._waiting[tenant]
 
-    def _release(self) -> None:
-        """Give the freed slot to the next tenant in round-robin order, or free it."""
+    def _release(self, tenant: str) -> None:
+        """Give the freed slot to the next tenant in round-robin order, or free it.
+
+        The releasing tenant goes to the back first: it just had its turn.
+        """
+        if tenant in self._waiting and len(self._waiting) > 1:
+            self._waiting.move_to_end(tenant)
         while self._waiting:
             tenant, queue = next(iter(self._waiting.items()))
             future = queue.popleft()

@@ -1,0 +1,149 @@
+"""Quotas and fair admission on a real stack: over quota -> RESOURCE_EXHAUSTED + retry-after."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+
+from orchard import QuotaExceededError, Sandbox
+from orchard._proto.orchard.v1 import sandbox_pb2 as spb
+from tests.control.rpc import code, trailers
+
+from .conftest import GatewayStack
+
+pytestmark = pytest.mark.runc
+MIB = 1 << 20
+
+
+def auth(key: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {key}"),)
+
+
+def create(gw: GatewayStack, key: str, **fields: object) -> spb.Sandbox:
+    request = spb.CreateSandboxRequest(**fields)  # type: ignore[arg-type]
+    sandbox: spb.Sandbox = gw.control.CreateSandbox(request, metadata=auth(key), timeout=60)
+    return sandbox
+
+
+def delete_all(gw: GatewayStack, key: str) -> None:
+    for s in gw.control.ListSandboxes(spb.ListSandboxesRequest(), metadata=auth(key)).sandboxes:
+        gw.control.DeleteSandbox(spb.DeleteSandboxRequest(id=s.id), metadata=auth(key))
+
+
+def test_concurrent_sandbox_quota_and_sdk_wait(gw: GatewayStack) -> None:
+    key = gw.new_tenant("q-count", max_sandboxes=2)
+    try:
+        first, _second = create(gw, key), create(gw, key)
+        with pytest.raises(grpc.RpcError) as info:
+            create(gw, key)
+        assert code(info.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert trailers(info.value)["orchard-reason"] == "QUOTA_EXCEEDED"
+        assert float(trailers(info.value)["retry-after"]) > 0
+        with pytest.raises(QuotaExceededError) as sdk_info:
+            Sandbox.create(endpoint=gw.endpoint, api_key=key)
+        assert sdk_info.value.retry_after is not None and sdk_info.value.retry_after > 0
+        # A waiting SDK create gets in once a sandbox is freed.
+        freer = threading.Timer(
+            0.5,
+            lambda: gw.control.DeleteSandbox(
+                spb.DeleteSandboxRequest(id=first.id), metadata=auth(key)
+            ),
+        )
+        freer.start()
+        sb = Sandbox.create(endpoint=gw.endpoint, api_key=key, wait_for_quota=30)
+        assert sb.exec(["true"]).exit_code == 0
+        freer.join()
+    finally:
+        delete_all(gw, key)
+
+
+def test_cpu_and_memory_totals(gw: GatewayStack) -> None:
+    key = gw.new_tenant("q-size", max_cpu_millis=1500, max_memory_bytes=600 * MIB)
+    try:
+        create(gw, key, resources={"cpu_millis": 1000, "memory_bytes": 256 * MIB})
+        for resources in (
+            {"cpu_millis": 1000, "memory_bytes": 64 * MIB},  # cpu 2000 > 1500
+            {"cpu_millis": 100, "memory_bytes": 512 * MIB},  # memory over 600 MiB
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                create(gw, key, resources=resources)
+            assert code(info.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        create(gw, key, resources={"cpu_millis": 500, "memory_bytes": 256 * MIB})  # still fits
+    finally:
+        delete_all(gw, key)
+
+
+def test_create_rate_bucket_gives_an_exact_retry_after(gw: GatewayStack) -> None:
+    key = gw.new_tenant("q-rate", create_rate=2, create_burst=1)
+    try:
+        create(gw, key)
+        with pytest.raises(grpc.RpcError) as info:
+            create(gw, key)
+        assert code(info.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        retry_after = float(trailers(info.value)["retry-after"])
+        assert 0 < retry_after <= 0.5
+        started = time.monotonic()
+        sb = Sandbox.create(endpoint=gw.endpoint, api_key=key, wait_for_quota=10)
+        assert sb.last_info.tenant == "q-rate"
+        assert time.monotonic() - started < 5
+    finally:
+        delete_all(gw, key)
+
+
+def test_concurrent_exec_quota_is_enforced_by_the_executor(gw: GatewayStack) -> None:
+    key = gw.new_tenant("q-exec", max_execs=1)
+    try:
+        sb = Sandbox.create(endpoint=gw.endpoint, api_key=key)
+        with ThreadPoolExecutor(1) as pool:
+            long = pool.submit(sb.exec, ["sleep", "1.5"])
+            time.sleep(0.5)
+            with pytest.raises(QuotaExceededError) as info:
+                sb.exec(["true"])
+            assert info.value.retry_after is not None
+            assert long.result(10).exit_code == 0
+        assert sb.exec(["true"]).exit_code == 0  # the slot is free again
+    finally:
+        delete_all(gw, key)
+
+
+def test_a_noisy_tenant_cannot_starve_a_quiet_one(gw: GatewayStack) -> None:
+    """40 creates from one tenant, then 4 from another: the quiet ones are not served last.
+
+    The gateway forwards at most 8 creates at once (``--create-slots``) and
+    hands freed slots round-robin over the tenants waiting, so the quiet
+    tenant's creates finish within ~8+8 creates of their arrival, where a
+    FIFO would put them behind the whole noisy backlog (at 41-44).
+    """
+    noisy, quiet = gw.new_tenant("noisy"), gw.new_tenant("quiet")
+    finished: list[str] = []
+    lock = threading.Lock()
+
+    def one(tenant: str, key: str) -> None:
+        create(gw, key)
+        with lock:
+            finished.append(tenant)
+
+    try:
+        with ThreadPoolExecutor(48) as pool:
+            loud = [pool.submit(one, "noisy", noisy) for _ in range(40)]
+            time.sleep(0.1)  # the noisy tenant's burst is queued first
+            with lock:
+                done_before_quiet = len(finished)
+            calm = [pool.submit(one, "quiet", quiet) for _ in range(4)]
+            for future in [*loud, *calm]:
+                future.result(120)
+        ranks = [i for i, tenant in enumerate(finished) if tenant == "quiet"]
+        assert len(ranks) == 4 and len(finished) == 44
+        waiting_noisy = 40 - done_before_quiet
+        assert waiting_noisy >= 20, "the noisy burst was over before the quiet tenant came"
+        # Served within the 8 creates already in flight plus one noisy create per
+        # quiet one (round-robin), never behind the whole noisy backlog.
+        assert max(ranks) - done_before_quiet < 8 + 2 * 4 + 1, (done_before_quiet, finished)
+        assert max(ranks) < 40
+    finally:
+        delete_all(gw, noisy)
+        delete_all(gw, quiet)
