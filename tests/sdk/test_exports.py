@@ -13,6 +13,7 @@ EXPECTED = {
     "Sandbox", "SandboxError", "SandboxInfo", "SandboxNotFoundError", "SandboxNotReadyError",
     "ServiceUnavailableError", "Session", "SessionError", "SandboxLimitError",
     "NetworkPolicy", "PoolInfo", "async_hint", "async_list_pools", "hint", "list_pools",
+    "GradeReport", "JudgeVerdict", "ProcessReward", "Rewards",
 }  # fmt: skip
 
 

@@ -43,6 +43,9 @@ class SweInstance:
     eval_type: EvalType = EvalType.PASS_AND_FAIL
     gold_patch: str = ""
     problem_statement: str = ""
+    repo_files: dict[str, str] = field(default_factory=dict)
+    """Orchard extension for images that lack the repository: files (relative to
+    ``workdir``) written and committed as the base before the patch is applied."""
 
 
 def swebench_image(instance_id: str) -> str:
@@ -148,4 +151,19 @@ def parse_instance(raw: Mapping[str, Any] | str) -> SweInstance:
         eval_type=eval_type,
         gold_patch=_text(row, "patch"),
         problem_statement=_text(row, "problem_statement"),
+        repo_files=_repo_files(row.get("repo_files")),
     )
+
+
+def _repo_files(value: Any) -> dict[str, str]:
+    value = _json_or_value(value, "repo_files")
+    if not value:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InstanceError("repo_files: must map relative paths to file contents")
+    for path in value:
+        if path.startswith("/") or ".." in path.split("/") or not path:
+            raise InstanceError(f"repo_files: {path!r} must be a relative path inside workdir")
+    return dict(value)

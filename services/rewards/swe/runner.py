@@ -104,6 +104,25 @@ async def _bash(sandbox: AsyncSandbox, script: str, timeout: float) -> ExecResul
     )
 
 
+async def _lay_out_repo(
+    sandbox: AsyncSandbox, instance: SweInstance, settings: RunnerSettings
+) -> str:
+    """Write ``repo_files`` and commit them as the base; the error text, or "" when done."""
+    for relative, text in instance.repo_files.items():
+        await sandbox.write_file(f"{instance.workdir.rstrip('/')}/{relative}", text.encode())
+    result = await _bash(
+        sandbox,
+        f"cd {shlex.quote(instance.workdir)} && git init -q && git add -A && "
+        "git -c user.name=orchard -c user.email=orchard@localhost commit -qm base 2>&1",
+        settings.apply_timeout_seconds,
+    )
+    return (
+        ""
+        if result.exit_code == 0
+        else f"cannot lay out the repository: {result.stdout_text[-2000:]}"
+    )
+
+
 async def _apply_candidate(
     sandbox: AsyncSandbox, instance: SweInstance, settings: RunnerSettings
 ) -> tuple[str, str]:
@@ -123,6 +142,10 @@ async def _run_in_sandbox(
     sandbox: AsyncSandbox, instance: SweInstance, patch: str, settings: RunnerSettings
 ) -> GradeResult:
     iid = instance.instance_id
+    if instance.repo_files:
+        problem = await _lay_out_repo(sandbox, instance, settings)
+        if problem:
+            return GradeResult(iid, GradeKind.INFRASTRUCTURE, reason=problem)
     await sandbox.write_file(f"{STAGING_DIR}/candidate.patch", patch.encode())
     await sandbox.write_file(f"{STAGING_DIR}/eval.sh", eval_script(instance).encode(), mode=0o755)
     method, transcript = await _apply_candidate(sandbox, instance, settings)

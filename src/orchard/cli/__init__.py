@@ -6,6 +6,7 @@
     orchard cp SRC DST                             ID:/path on either side
     orchard ls | orchard rm ID...
     orchard image ls | import SOURCE --name N | build-default
+    orchard reward grade INSTANCE.json PATCH | reward rank TASK CANDIDATES.jsonl
     orchard tenant create|ls|revoke|rotate-key|quota   tenants, API keys, quotas (node admin)
     orchard pool ls | hint TEMPLATE N [--within S]  warm pools of templates
     orchard net set ID MODE [--cidr C] [--port P] [--domain D] | net show ID
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 
 from orchard.client import OrchardError
 
-from . import _images, _network, _pools, _sandboxes, _tenants, _up
+from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tenants.register(commands)
     _pools.register(commands)
     _network.register(commands)
+    _rewards.register(commands)
     return parser
 
 

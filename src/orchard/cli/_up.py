@@ -7,6 +7,9 @@ and serves until Ctrl-C or SIGTERM. Then it stops the gateway, the scheduler
 (started with ``--delete-all-on-shutdown``, so every sandbox is deleted and
 nothing is left behind) and the executor, in that order.
 
+The rewards service (``orchard.rewards``) starts last, pointed at the gateway,
+and stops first; it writes ``<home>/run/rewards.addr``.
+
 The children's logs go to ``<home>/logs/<service>.log``.
 """
 
@@ -128,7 +131,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     home: Path = (args.home or orchard_home()).resolve()
     layout = NodeLayout(home)
     layout.run.mkdir(parents=True, exist_ok=True)
-    for stale in ("gateway.addr", "scheduler.addr", "executor.addr", "gateway-http.addr"):
+    for stale in ("gateway.addr", "scheduler.addr", "executor.addr", "gateway-http.addr", "rewards.addr"):
         (layout.run / stale).unlink(missing_ok=True)
     env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
 
@@ -166,8 +169,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             home, env,
         )  # fmt: skip
         children.append(gateway)
+        rewards, rewards_addr = _start(
+            "rewards", "orchard.rewards", ["--listen", "127.0.0.1:0", "--gateway", endpoint], home, env
+        )
+        children.append(rewards)
         print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
         print(f"Dev API key: {home / 'dev-api-key'}", flush=True)
+        print(f"Rewards: {rewards_addr}", flush=True)
         if rest:
             http = (layout.run / "gateway-http.addr").read_text().strip()
             print(f"REST/JSON: http://{http}/v1/<Service>/<Method>", flush=True)

@@ -31,6 +31,7 @@ from ._errors import (
 from ._models import ExecEvent, ExecResult, ExecStatus, ImageInfo, OutputChunk, SandboxInfo
 from ._network import NetworkPolicy
 from ._pools import PoolInfo, async_hint, async_list_pools, hint, list_pools
+from ._rewards import GradeReport, JudgeVerdict, ProcessReward, Rewards
 from ._sync import Sandbox, Session
 from ._tar import DownloadResult
 
@@ -46,10 +47,12 @@ __all__ = [
     "ExecEvent",
     "ExecResult",
     "ExecStatus",
+    "GradeReport",
     "ImageInfo",
     "ImageNotFoundError",
     "InfrastructureError",
     "InvalidRequestError",
+    "JudgeVerdict",
     "NetworkPolicy",
     "OrchardError",
     "OutputChunk",
@@ -58,7 +61,9 @@ __all__ = [
     "PathNotFoundError",
     "PermissionDeniedError",
     "PoolInfo",
+    "ProcessReward",
     "QuotaExceededError",
+    "Rewards",
     "Sandbox",
     "SandboxError",
     "SandboxInfo",

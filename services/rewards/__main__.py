@@ -1,0 +1,75 @@
+"""``python -m orchard.rewards --home H --listen ADDR --gateway ADDR [--value-model M.npz]``.
+
+Prints the address it serves on once ready and writes ``<home>/run/rewards.addr``.
+The judge's endpoint comes from ORCHARD_JUDGE_BASE_URL, ORCHARD_JUDGE_MODEL and
+ORCHARD_JUDGE_API_KEY (unset: Judge and ScoreProcess answer "no verdict").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import structlog
+import uvloop
+
+from orchard.common.layout import orchard_home
+
+from .server import serve
+from .settings import RewardSettings
+
+
+def parse_args(argv: list[str] | None = None) -> RewardSettings:
+    parser = argparse.ArgumentParser(prog="python -m orchard.rewards", description=__doc__)
+    parser.add_argument("--home", type=Path, default=None, help="node home (default $ORCHARD_HOME)")
+    parser.add_argument("--listen", default="127.0.0.1:50061", help="address (port 0: a free one)")
+    parser.add_argument(
+        "--gateway", default=None, help="gateway address (default <home>/run/gateway.addr)"
+    )
+    parser.add_argument(
+        "--value-model",
+        type=Path,
+        default=None,
+        help="trained reranker (.npz; default <home>/rewards/value_model.npz if present)",
+    )
+    parser.add_argument("--max-concurrent-grades", type=int, default=8)
+    args = parser.parse_args(argv)
+    home = args.home or orchard_home()
+    gateway = args.gateway
+    if not gateway:
+        try:
+            gateway = (home / "run" / "gateway.addr").read_text().strip()
+        except OSError:
+            parser.error("no --gateway and no <home>/run/gateway.addr (is the stack up?)")
+    value_model = args.value_model
+    if value_model is None and (home / "rewards" / "value_model.npz").exists():
+        value_model = home / "rewards" / "value_model.npz"  # the node's trained reranker, if any
+    return RewardSettings(
+        home=home, gateway=gateway, listen=args.listen, value_model=value_model,
+        max_concurrent_grades=args.max_concurrent_grades,
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse_args(argv)
+    structlog.configure(  # logs to stderr: stdout's first line is the address `orchard up` waits for
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        processors=[
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.JSONRenderer(),
+        ],
+    )
+    uvloop.install()
+
+    def ready(address: str) -> None:
+        print(address, flush=True)
+
+    asyncio.run(serve(settings, on_ready=ready))
+
+
+if __name__ == "__main__":
+    main()

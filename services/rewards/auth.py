@@ -1,0 +1,52 @@
+"""Callers authenticate with their Orchard API key; the gateway is the judge of it.
+
+The rewards service keeps no keys: it asks the gateway (``ListImages`` with
+the caller's key, answer cached for a minute by the key's hash), and Grade
+creates its sandboxes with that same key, so they count against the caller's
+quotas and belong to the caller's tenant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import grpc
+
+from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
+
+
+class KeyCheck:
+    def __init__(self, channel: grpc.aio.Channel, ttl_seconds: float) -> None:
+        self._stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
+        self._ttl = ttl_seconds
+        self._accepted: dict[str, float] = {}
+
+    async def require(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        """The caller's API key, accepted by the gateway; aborts the call otherwise."""
+        metadata = dict(context.invocation_metadata() or ())
+        header = str(metadata.get("authorization", ""))
+        if not header.lower().startswith("bearer ") or not header[7:].strip():
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "missing 'authorization: Bearer <API key>'"
+            )
+        key = header[7:].strip()
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        now = time.monotonic()
+        if self._accepted.get(digest, 0.0) > now:
+            return key
+        try:
+            await self._stub.ListImages(
+                sandbox_pb2.ListImagesRequest(),
+                metadata=(("authorization", f"Bearer {key}"),),
+                timeout=10,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                await context.abort(exc.code(), exc.details() or "API key refused")
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"cannot check the API key: gateway {exc.code().name}"
+            )
+        self._accepted[digest] = now + self._ttl
+        return key

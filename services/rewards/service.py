@@ -1,0 +1,178 @@
+"""The gRPC RewardService: request checks, then the plain scorer functions.
+
+Bad input is INVALID_ARGUMENT with the field named; a reranker that was not
+configured is FAILED_PRECONDITION; everything a sandbox or a judge did wrong
+is in the answer (``kind``, ``failure``), not an RPC error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, NoReturn
+
+import grpc
+
+from orchard._proto.orchard.v1 import rewards_pb2, rewards_pb2_grpc
+
+from .auth import KeyCheck
+from .judge.client import Judge
+from .judge.templates import get_template
+from .prm.scorer import DEFAULT_ALPHA, Reference, score_process
+from .rerank.model import ValueModel
+from .rerank.store import Rollout
+from .settings import RewardSettings
+from .swe.instance import InstanceError, parse_instance
+from .swe.outcome import GradeResult
+from .swe.runner import RunnerSettings, grade_patch_async
+from .swe.schemes import DEFAULT_F2P_WEIGHT, RewardScheme
+
+MAX_TEXT = 16 * 1024 * 1024
+MAX_CANDIDATES = 256
+LOG_TAIL = 64 * 1024
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+async def _invalid(context: Context, message: str) -> NoReturn:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+    raise AssertionError("abort returned")
+
+
+async def _trajectory(context: Context, text: str, field: str) -> list[dict[str, Any]]:
+    if not text:
+        return []
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        await _invalid(context, f"{field}: not valid JSON ({exc.msg})")
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        await _invalid(context, f"{field}: must be a JSON list of message objects")
+    return value
+
+
+def grade_response(result: GradeResult) -> rewards_pb2.GradeResponse:
+    return rewards_pb2.GradeResponse(
+        instance_id=result.instance_id,
+        kind=result.kind.value,
+        resolved=result.resolved,
+        resolution=result.resolution.value,
+        has_reward=result.reward is not None,
+        reward=result.reward or 0.0,
+        fail_to_pass=rewards_pb2.TestOutcomes(
+            success=result.fail_to_pass.success, failure=result.fail_to_pass.failure
+        ),
+        pass_to_pass=rewards_pb2.TestOutcomes(
+            success=result.pass_to_pass.success, failure=result.pass_to_pass.failure
+        ),
+        apply_method=result.apply_method,
+        reason=result.reason[-8000:],
+        log_tail=result.log[-LOG_TAIL:],
+        duration_seconds=result.duration_seconds,
+        test_statuses=result.statuses,
+    )
+
+
+class RewardService(rewards_pb2_grpc.RewardServiceServicer):
+    def __init__(self, settings: RewardSettings, keys: KeyCheck, judge: Judge) -> None:
+        self.settings = settings
+        self.keys = keys
+        self.judge = judge
+        self.value_model = ValueModel.load(settings.value_model) if settings.value_model else None
+        self._grades = asyncio.Semaphore(settings.max_concurrent_grades)
+
+    async def Grade(
+        self, request: rewards_pb2.GradeRequest, context: Context
+    ) -> rewards_pb2.GradeResponse:
+        key = await self.keys.require(context)
+        if len(request.output) > MAX_TEXT or len(request.instance_json) > MAX_TEXT:
+            await _invalid(context, f"output and instance_json are limited to {MAX_TEXT} bytes")
+        try:
+            instance = parse_instance(request.instance_json)
+        except InstanceError as exc:
+            await _invalid(context, f"instance_json: {exc}")
+        try:
+            scheme = RewardScheme(request.scheme or RewardScheme.PM1)
+        except ValueError:
+            await _invalid(context, f"scheme: must be one of {[s.value for s in RewardScheme]}")
+        if not 0 <= request.f2p_weight <= 1 or request.test_timeout_seconds < 0:
+            await _invalid(context, "f2p_weight must be in [0, 1] and test_timeout_seconds >= 0")
+        settings = RunnerSettings(
+            endpoint=self.settings.gateway,
+            api_key=key,
+            scheme=scheme,
+            f2p_weight=request.f2p_weight or DEFAULT_F2P_WEIGHT,
+            test_timeout_seconds=request.test_timeout_seconds or self.settings.test_timeout_seconds,
+        )
+        async with self._grades:
+            result = await grade_patch_async(instance, request.output, settings)
+        return grade_response(result)
+
+    async def Judge(
+        self, request: rewards_pb2.JudgeRequest, context: Context
+    ) -> rewards_pb2.JudgeResponse:
+        await self.keys.require(context)
+        try:
+            template = get_template(request.template)
+        except KeyError as exc:
+            await _invalid(context, f"template: {exc.args[0]}")
+        if sum(len(v) for v in request.inputs.values()) > MAX_TEXT:
+            await _invalid(context, f"inputs are limited to {MAX_TEXT} bytes")
+        verdict = await self.judge.judge(template, dict(request.inputs))
+        return rewards_pb2.JudgeResponse(
+            has_verdict=verdict.ok,
+            verdict_json=json.dumps(verdict.data) if verdict.ok else "",
+            failure=verdict.failure,
+            cached=verdict.cached,
+            template=template.key,
+            model=self.judge.settings.model,
+        )
+
+    async def ScoreProcess(
+        self, request: rewards_pb2.ScoreProcessRequest, context: Context
+    ) -> rewards_pb2.ScoreProcessResponse:
+        await self.keys.require(context)
+        messages = await _trajectory(context, request.trajectory_json, "trajectory_json")
+        if request.alpha < 0:
+            await _invalid(context, "alpha must be >= 0")
+        reference = Reference(request.gold_patch, tuple(request.fail_to_pass))
+        score = await score_process(
+            self.judge, request.task, messages, request.patch, request.outcome,
+            reference, request.alpha or DEFAULT_ALPHA,
+        )  # fmt: skip
+        return rewards_pb2.ScoreProcessResponse(
+            reward=score.reward, judged=score.judged, j=score.j, scores=score.scores,
+            gated=score.gated, gate_reasons=score.gate_reasons, reasoning=score.reasoning,
+            failure=score.failure,
+        )  # fmt: skip
+
+    async def Rank(
+        self, request: rewards_pb2.RankRequest, context: Context
+    ) -> rewards_pb2.RankResponse:
+        await self.keys.require(context)
+        if self.value_model is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "no value model loaded: start the service with --value-model MODEL.npz",
+            )
+        if not request.candidates or len(request.candidates) > MAX_CANDIDATES:
+            await _invalid(context, f"candidates: give 1 to {MAX_CANDIDATES}")
+        rollouts = []
+        for i, c in enumerate(request.candidates):
+            trajectory = await _trajectory(
+                context, c.trajectory_json, f"candidates[{i}].trajectory_json"
+            )
+            rollouts.append(
+                Rollout(
+                    request.task,
+                    request.task,
+                    trajectory,
+                    c.patch,
+                    False,
+                    rollout_id=c.id or str(i),
+                )
+            )
+        model = self.value_model
+        ranked = await asyncio.to_thread(model.rank, rollouts)
+        out = [rewards_pb2.RankedCandidate(id=rollouts[i].rollout_id, score=s) for i, s in ranked]
+        return rewards_pb2.RankResponse(ranked=out, best_id=out[0].id)
