@@ -12,9 +12,9 @@ ORCHARD_HOME ?= /var/lib/orchard
 ORCHARD_IMAGES_DIR ?= $(ORCHARD_HOME)/images
 export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
-SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev
+SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static
 
-.PHONY: run test check lint format typecheck protos protos-check bench setup system-deps venv image init-binary clean
+.PHONY: run test check lint format typecheck protos protos-check bench setup system-deps venv image init-binary executor-bundle clean
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
@@ -24,7 +24,7 @@ test: setup ## the whole test suite
 
 check: setup lint typecheck protos-check test ## format, lint, types, fresh stubs, tests
 
-setup: system-deps venv init-binary image
+setup: system-deps venv init-binary executor-bundle image
 
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -46,6 +46,10 @@ $(STAMP): pyproject.toml $(PY)
 
 init-binary: venv
 	@$(PY) -m orchard.executor.initbin >/dev/null
+
+# The injected runtime's executor bundle (~4 s; cached by content hash under $(ORCHARD_HOME)/bundles).
+executor-bundle: init-binary
+	@$(PY) -m orchard.executor.bundle build >/dev/null
 
 image: venv
 	$(PY) -m orchard.scheduler.backends.local.images build-default --images-dir $(ORCHARD_IMAGES_DIR)

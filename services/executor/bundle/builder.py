@@ -159,6 +159,8 @@ def bundled_python_env(bundle: Path) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONSAFEPATH": "1",
         "PYTHONUTF8": "1",
+        "PYTHONCOERCECLOCALE": "0",
+        "LC_ALL": "C",
     }
 
 

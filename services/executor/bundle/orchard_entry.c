@@ -118,6 +118,10 @@ static void start_executor(const char *bundle, const char *run_dir, const char *
         "PYTHONDONTWRITEBYTECODE=1",
         "PYTHONSAFEPATH=1",
         "PYTHONUTF8=1",
+        /* Stay in the C locale: coercing to C.UTF-8 would make glibc open the
+         * image's gconv-modules.cache; UTF-8 mode already gives Python UTF-8. */
+        "PYTHONCOERCECLOCALE=0",
+        "LC_ALL=C",
         "PYTHONUNBUFFERED=1",
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         NULL,
