@@ -32,7 +32,10 @@ class TenantCommandError(OrchardError):
 def register(commands: Any) -> None:
     p = commands.add_parser("tenant", help="manage tenants, API keys and quotas (node admin)")
     p.add_argument(
-        "--home", type=Path, default=None, help="node home (default $ORCHARD_HOME or /var/lib/orchard)"
+        "--home",
+        type=Path,
+        default=None,
+        help="node home (default $ORCHARD_HOME or /var/lib/orchard)",
     )
     sub = p.add_subparsers(dest="tenant_command", required=True, metavar="ACTION")
     create = sub.add_parser("create", help="make a tenant and print its API key (once)")
