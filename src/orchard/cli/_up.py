@@ -131,7 +131,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     home: Path = (args.home or orchard_home()).resolve()
     layout = NodeLayout(home)
     layout.run.mkdir(parents=True, exist_ok=True)
-    for stale in ("gateway.addr", "scheduler.addr", "executor.addr", "gateway-http.addr", "rewards.addr"):
+    for stale in (
+        "gateway.addr",
+        "scheduler.addr",
+        "executor.addr",
+        "gateway-http.addr",
+        "rewards.addr",
+    ):
         (layout.run / stale).unlink(missing_ok=True)
     env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
 
@@ -170,7 +176,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         )  # fmt: skip
         children.append(gateway)
         rewards, rewards_addr = _start(
-            "rewards", "orchard.rewards", ["--listen", "127.0.0.1:0", "--gateway", endpoint], home, env
+            "rewards",
+            "orchard.rewards",
+            ["--listen", "127.0.0.1:0", "--gateway", endpoint],
+            home,
+            env,
         )
         children.append(rewards)
         print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
