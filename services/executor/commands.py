@@ -14,6 +14,7 @@ command that failed, as it would be in a shell.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno as errno_codes
 import math
 import os
@@ -26,7 +27,7 @@ from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard.common.errors import ServiceError, infrastructure, invalid
 
 from .files import SandboxFiles
-from .init_client import InitCommand, InitUnavailable, start_command
+from .init_client import InitCommand, InitUnavailable, run_inline, start_command
 from .init_protocol import (
     STAGE_CHDIR,
     STAGE_CREDENTIALS,
@@ -36,7 +37,7 @@ from .init_protocol import (
     StartFailure,
 )
 from .oom import read_oom_kills
-from .pipes import InputPipe, OutputPipe
+from .pipes import CappedOutput, InputPipe, OutputPipe
 from .sandboxes import Sandbox
 
 # Request bounds: well inside the kernel's exec limits and init's 4 MiB.
@@ -207,8 +208,8 @@ def start_failure_result(prepared: PreparedExec, failure: StartFailure) -> tuple
 
 def exec_status(
     report: ExitReport,
-    stdout: OutputPipe | None,
-    stderr: OutputPipe | None,
+    stdout: OutputPipe | CappedOutput | None,
+    stderr: OutputPipe | CappedOutput | None,
     oom_killed: bool,
 ) -> pb.ExecStatus:
     stdout_truncated = stdout is not None and stdout.truncated
@@ -261,6 +262,8 @@ async def drain(pipes: list[OutputPipe]) -> None:
 
 async def run_exec(prepared: PreparedExec, stdin: bytes) -> pb.RunResponse:
     """Run to completion and return the whole (capped) output."""
+    if not prepared.request.stdin:
+        return await _run_inline(prepared)
     watch = _OomWatch(prepared.sandbox)
     started = await _start(prepared)
     if isinstance(started, StartFailure):
@@ -287,6 +290,23 @@ async def run_exec(prepared: PreparedExec, stdin: bytes) -> pb.RunResponse:
         stdout.close()
         stderr.close()
         command.close()
+
+
+async def _run_inline(prepared: PreparedExec) -> pb.RunResponse:
+    """A Run without stdin: the shim forwards the output on its connection
+    (one socket, usually one wake-up, instead of three fds)."""
+    watch = _OomWatch(prepared.sandbox)
+    request = dataclasses.replace(prepared.request, inline_output=True)
+    try:
+        outcome = await run_inline(prepared.sandbox.socket_path, request, prepared.output_limit)
+    except InitUnavailable as exc:
+        raise _infrastructure_lost(exc) from exc
+    if isinstance(outcome, StartFailure):
+        code, message = start_failure_result(prepared, outcome)
+        return pb.RunResponse(stderr=message, status=pb.ExecStatus(exit_code=code))
+    report = outcome.report
+    status = exec_status(report, outcome.stdout, outcome.stderr, watch.killed(report))
+    return pb.RunResponse(stdout=outcome.stdout.data(), stderr=outcome.stderr.data(), status=status)
 
 
 async def _feed_stdin(loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> None:

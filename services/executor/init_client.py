@@ -16,12 +16,16 @@ import asyncio
 import contextlib
 import os
 import socket
+from dataclasses import dataclass
 
 from .init_protocol import (
+    DATA_HEADER_SIZE,
     ERROR_SIZE,
     EXIT_SIZE,
     KILL_TREE,
     STARTED_SIZE,
+    STDERR,
+    STDOUT,
     ExitReport,
     InitRequest,
     ProtocolError,
@@ -32,6 +36,7 @@ from .init_protocol import (
     encode_request,
     encode_signal,
 )
+from .pipes import CappedOutput
 
 
 class InitUnavailable(Exception):
@@ -152,6 +157,21 @@ async def start_command(socket_path: str, request: InitRequest) -> InitCommand |
     :class:`InitUnavailable` if init cannot be reached.
     """
     loop = asyncio.get_running_loop()
+    conn = await _send_request(loop, socket_path, request)
+    try:
+        return await _read_start_answer(loop, conn, request)
+    except OSError as exc:
+        conn.close()
+        raise InitUnavailable(f"talking to orchard-init failed: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+
+
+async def _send_request(
+    loop: asyncio.AbstractEventLoop, socket_path: str, request: InitRequest
+) -> socket.socket:
+    """A connection to init with the whole request sent (non-blocking socket)."""
     payload = encode_request(request)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     conn.setblocking(False)
@@ -164,7 +184,7 @@ async def start_command(socket_path: str, request: InitRequest) -> InitCommand |
         sent = conn.send(payload)
         if sent < len(payload):
             await loop.sock_sendall(conn, payload[sent:])
-        return await _read_start_answer(loop, conn, request)
+        return conn
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         conn.close()
         raise InitUnavailable(f"orchard-init is not listening at {socket_path}: {exc}") from exc
@@ -174,6 +194,141 @@ async def start_command(socket_path: str, request: InitRequest) -> InitCommand |
     except BaseException:
         conn.close()
         raise
+
+
+# ------------------------------------------------------------ inline output
+
+
+@dataclass(frozen=True, slots=True)
+class InlineOutcome:
+    """A finished inline-output command: its exit report and its capped output."""
+
+    report: ExitReport
+    stdout: CappedOutput
+    stderr: CappedOutput
+
+
+async def run_inline(
+    socket_path: str, request: InitRequest, limit: int
+) -> InlineOutcome | StartFailure:
+    """Run ``request`` with inline output (no stdin) to completion.
+
+    The shim forwards stdout and stderr as 'D' frames and ends with 'X' (or
+    answers 'E'), so the whole exec is one socket and, for a short command,
+    one wake-up. Each stream keeps at most ``limit`` bytes; the rest is read
+    and dropped, so the command never blocks on output. Cancelling (the
+    caller went away) closes the connection, which kills the command's tree.
+    """
+    if not request.inline_output:
+        raise ValueError("run_inline needs a request with inline_output")
+    loop = asyncio.get_running_loop()
+    conn = await _send_request(loop, socket_path, request)
+    reader = _InlineReader(loop, conn, limit)
+    try:
+        return await reader.done
+    finally:
+        reader.close()
+
+
+# Largest 'D' frame accepted; the shim sends at most 64 KiB per frame.
+MAX_DATA_FRAME = 1 << 20
+INLINE_RECV_SIZE = 256 * 1024
+# Reads per readiness callback, bounded so one flooding command cannot starve the loop.
+INLINE_READS_PER_WAKEUP = 8
+
+
+class _InlineReader:
+    """Reads the 'D'/'X'/'E' stream of one inline-output command."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: socket.socket, limit: int) -> None:
+        self._loop = loop
+        self._conn = conn
+        self._fd = conn.fileno()
+        self._buffer = bytearray()
+        self._outputs = {STDOUT: CappedOutput(limit), STDERR: CappedOutput(limit)}
+        self.done: asyncio.Future[InlineOutcome | StartFailure] = loop.create_future()
+        loop.add_reader(self._fd, self._on_readable)
+        self._reading = True
+
+    def _on_readable(self) -> None:
+        for _ in range(INLINE_READS_PER_WAKEUP):
+            try:
+                data = self._conn.recv(INLINE_RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._fail(f"talking to orchard-init failed: {exc}")
+                return
+            if not data:
+                self._fail("orchard-init closed the connection before the command's exit report")
+                return
+            self._buffer += data
+            try:
+                if self._parse():
+                    return
+            except ProtocolError as exc:
+                self._fail(f"orchard-init answered badly: {exc}")
+                return
+            if len(data) < INLINE_RECV_SIZE:
+                return
+
+    def _parse(self) -> bool:
+        """Consume whole frames; True once the final 'X' or 'E' has arrived."""
+        buffer = self._buffer
+        pos = 0
+        try:
+            while len(buffer) - pos >= 1:
+                kind = buffer[pos]
+                if kind == 0x44:  # 'D'
+                    if len(buffer) - pos < DATA_HEADER_SIZE:
+                        return False
+                    stream = buffer[pos + 1]
+                    length = int.from_bytes(buffer[pos + 2 : pos + 6], "little")
+                    if stream not in self._outputs or length > MAX_DATA_FRAME:
+                        raise ProtocolError(f"bad data frame (stream {stream}, {length} bytes)")
+                    end = pos + DATA_HEADER_SIZE + length
+                    if len(buffer) < end:
+                        return False
+                    self._outputs[stream].append(bytes(buffer[pos + DATA_HEADER_SIZE : end]))
+                    pos = end
+                elif kind == 0x58:  # 'X'
+                    if len(buffer) - pos < EXIT_SIZE:
+                        return False
+                    report = decode_exit(bytes(buffer[pos : pos + EXIT_SIZE]))
+                    self._finish(
+                        InlineOutcome(report, self._outputs[STDOUT], self._outputs[STDERR])
+                    )
+                    return True
+                elif kind == 0x45:  # 'E'
+                    if len(buffer) - pos < ERROR_SIZE:
+                        return False
+                    self._finish(decode_error(bytes(buffer[pos : pos + ERROR_SIZE])))
+                    return True
+                else:
+                    raise ProtocolError(f"unexpected message kind {kind:#x}")
+            return False
+        finally:
+            del buffer[:pos]
+
+    def _finish(self, result: InlineOutcome | StartFailure) -> None:
+        self._stop_reading()
+        if not self.done.done():
+            self.done.set_result(result)
+
+    def _fail(self, message: str) -> None:
+        self._stop_reading()
+        if not self.done.done():
+            self.done.set_exception(InitUnavailable(message))
+
+    def _stop_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def close(self) -> None:
+        """Stop reading and close the connection (kills a tree still running)."""
+        self._stop_reading()
+        self._conn.close()
 
 
 async def _read_start_answer(

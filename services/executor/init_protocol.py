@@ -15,6 +15,7 @@ MAGIC = 0x4F524331  # "ORC1"
 FLAG_STDIN = 1
 FLAG_SESSION_FDS = 2
 FLAG_NEW_SESSION = 4
+FLAG_INLINE_OUTPUT = 8
 
 STAGE_CHDIR = 1
 STAGE_CREDENTIALS = 2
@@ -28,6 +29,9 @@ MAX_STRINGS = 65536
 STARTED_SIZE = 5  # 'S' + u32 pid
 ERROR_SIZE = 9  # 'E' + u32 errno + u32 stage
 EXIT_SIZE = 18  # 'X' + i32 code + i32 signal + u8 timed_out + u64 duration_ns
+DATA_HEADER_SIZE = 6  # 'D' + u8 stream (1 stdout, 2 stderr) + u32 length, then the bytes
+STDOUT = 1
+STDERR = 2
 
 _HEADER = struct.Struct("<I7I")
 _ERROR = struct.Struct("<II")
@@ -52,6 +56,9 @@ class InitRequest:
     stdin: bool = False
     session_fds: bool = False
     new_session: bool = False
+    inline_output: bool = False
+    """The shim forwards stdout/stderr as 'D' frames on the connection (no 'S',
+    no fds); only without ``stdin`` and ``session_fds``."""
 
     @property
     def flags(self) -> int:
@@ -59,6 +66,7 @@ class InitRequest:
             (FLAG_STDIN if self.stdin else 0)
             | (FLAG_SESSION_FDS if self.session_fds else 0)
             | (FLAG_NEW_SESSION if self.new_session else 0)
+            | (FLAG_INLINE_OUTPUT if self.inline_output else 0)
         )
 
     @property
@@ -83,6 +91,8 @@ def encode_request(request: InitRequest) -> bytes:
     body_len = _HEADER.size - 4 + len(body_strings)
     if body_len > MAX_REQUEST_BYTES:
         raise ValueError(f"request is {body_len} bytes; the limit is {MAX_REQUEST_BYTES}")
+    if request.inline_output and (request.stdin or request.session_fds):
+        raise ValueError("inline output excludes stdin and session fds")
     for value in (request.uid, request.gid):
         if not 0 <= value < 0xFFFFFFFF:
             raise ValueError(f"uid/gid {value} out of range")

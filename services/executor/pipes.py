@@ -19,6 +19,39 @@ READ_SIZE = 256 * 1024
 READS_PER_WAKEUP = 4
 
 
+class CappedOutput:
+    """One output stream's bytes, kept up to ``limit``; the rest is dropped and noted."""
+
+    __slots__ = ("_chunks", "_remaining", "truncated")
+
+    def __init__(self, limit: int) -> None:
+        self._chunks: list[bytes] = []
+        self._remaining = limit
+        self.truncated = False
+
+    def keep(self, data: bytes) -> bytes:
+        """The part of ``data`` within the cap (b"" once it is reached)."""
+        if self._remaining <= 0:
+            if data:
+                self.truncated = True
+            return b""
+        if len(data) > self._remaining:
+            data = data[: self._remaining]
+            self.truncated = True
+        self._remaining -= len(data)
+        return data
+
+    def append(self, data: bytes) -> None:
+        kept = self.keep(data)
+        if kept:
+            self._chunks.append(kept)
+
+    def data(self) -> bytes:
+        if len(self._chunks) == 1:
+            return self._chunks[0]
+        return b"".join(self._chunks)
+
+
 class OutputPipe:
     """One output stream of a command, read until EOF or :meth:`close`.
 

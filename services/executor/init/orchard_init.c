@@ -40,7 +40,8 @@
 #define FLAG_STDIN 1u
 #define FLAG_SESSION_FDS 2u
 #define FLAG_NEW_SESSION 4u
-#define FLAG_KNOWN (FLAG_STDIN | FLAG_SESSION_FDS | FLAG_NEW_SESSION)
+#define FLAG_INLINE_OUTPUT 8u
+#define FLAG_KNOWN (FLAG_STDIN | FLAG_SESSION_FDS | FLAG_NEW_SESSION | FLAG_INLINE_OUTPUT)
 
 #define STAGE_CHDIR 1u
 #define STAGE_CREDENTIALS 2u
@@ -60,6 +61,9 @@
 #endif
 
 extern char **environ;
+
+/* The only signals init (and so a shim) changes from the default: ignored. */
+static const int IGNORED_SIGNALS[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGQUIT, SIGUSR1, SIGUSR2};
 
 struct request {
     uint32_t flags;
@@ -110,27 +114,28 @@ static int write_all(int fd, const void *buf, size_t len) {
     return 0;
 }
 
-/* Read exactly len bytes, waiting at most until deadline_ns (monotonic). */
+/* Read exactly len bytes from a socket, waiting at most until deadline_ns
+ * (monotonic). Data that has already arrived (the usual case: the client
+ * sends its whole request at once) is taken without a poll. */
 static int read_exact(int fd, void *buf, size_t len, uint64_t deadline_ns) {
     char *p = buf;
     while (len > 0) {
+        ssize_t got = recv(fd, p, len, MSG_DONTWAIT);
+        if (got > 0) {
+            p += got;
+            len -= (size_t)got;
+            continue;
+        }
+        if (got == 0 || (errno != EAGAIN && errno != EINTR))
+            return -1;
         uint64_t now = monotonic_ns();
         if (now >= deadline_ns)
             return -1;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         int wait_ms = (int)((deadline_ns - now) / 1000000u) + 1;
         int r = poll(&pfd, 1, wait_ms);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
+        if (r == 0 || (r < 0 && errno != EINTR))
             return -1;
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
     }
     return 0;
 }
@@ -177,6 +182,9 @@ static int parse_request(unsigned char *buf, size_t len, struct request *req) {
     uint32_t argc = get_u32(buf + 20);
     uint32_t envc = get_u32(buf + 24);
     if (req->flags & ~FLAG_KNOWN)
+        return -1;
+    /* Inline output is for commands without stdin or session fds. */
+    if ((req->flags & FLAG_INLINE_OUTPUT) && (req->flags & (FLAG_STDIN | FLAG_SESSION_FDS)))
         return -1;
     if (argc < 1 || argc > MAX_STRINGS || envc > MAX_STRINGS)
         return -1;
@@ -373,14 +381,15 @@ static void run_command(const struct request *req, int stdin_fd, int stdout_fd, 
         child_fail(err_fd, errno, STAGE_OTHER);
     }
 
-    /* Signals: default dispositions, nothing blocked (init ignores some). */
+    /* Signals: default dispositions, nothing blocked. execve resets handlers
+     * but keeps SIG_IGN, and init installs no handler: it only ignores the
+     * signals in IGNORED_SIGNALS, so resetting those is enough (one syscall
+     * each instead of one per signal number, in a child the shim waits for). */
     sigset_t empty;
     sigemptyset(&empty);
     sigprocmask(SIG_SETMASK, &empty, NULL);
-    for (int sig = 1; sig < NSIG; sig++) {
-        if (sig != SIGKILL && sig != SIGSTOP)
-            signal(sig, SIG_DFL);
-    }
+    for (size_t i = 0; i < sizeof IGNORED_SIGNALS / sizeof IGNORED_SIGNALS[0]; i++)
+        signal(IGNORED_SIGNALS[i], SIG_DFL);
 
     /* All sources are >= HIGH_FD, so dup2 always makes a fresh, inheritable fd. */
     if (dup2(stdin_fd, 0) < 0 || dup2(stdout_fd, 1) < 0 || dup2(stderr_fd, 2) < 0)
@@ -448,6 +457,219 @@ static pid_t spawn_command(struct command_args *args) {
     munmap(stack, COMMAND_STACK_BYTES);
     errno = saved;
     return pid;
+}
+
+/* ------------------------------------------------------- supervision */
+
+/* What a shim watches while its command runs. */
+struct supervision {
+    int conn;
+    int sfd; /* SIGCHLD signalfd */
+    pid_t pid; /* the command */
+    uint64_t timeout_at; /* monotonic ns; 0 = none */
+    int timed_out;
+    int conn_open; /* 0 once the client went away or was confused */
+    pid_t exited_pid; /* the command, once reaped */
+    int status;
+    uint64_t ended_ns; /* monotonic, when the command was seen to have exited */
+    unsigned char inbox[64];
+    size_t inbox_len;
+};
+
+/* Drain the signalfd and reap; note the command's exit. */
+static void on_sigchld(struct supervision *sv) {
+    struct signalfd_siginfo si;
+    while (read(sv->sfd, &si, sizeof si) > 0) {
+    }
+    reap_children(sv->pid, &sv->exited_pid, &sv->status);
+    if (sv->exited_pid && !sv->ended_ns)
+        sv->ended_ns = monotonic_ns();
+}
+
+/* The timeout, if it has passed: kill the tree. Returns 1 if it fired. */
+static int check_timeout(struct supervision *sv) {
+    if (sv->timeout_at && monotonic_ns() >= sv->timeout_at) {
+        sv->timed_out = 1;
+        sv->timeout_at = 0;
+        kill_tree(sv->pid, &sv->exited_pid, &sv->status);
+        return 1;
+    }
+    return 0;
+}
+
+/* poll()'s wait until the timeout (-1: none). */
+static int timeout_wait_ms(const struct supervision *sv) {
+    if (!sv->timeout_at)
+        return -1;
+    uint64_t now = monotonic_ns();
+    return now >= sv->timeout_at ? 0 : (int)((sv->timeout_at - now) / 1000000u) + 1;
+}
+
+/* The client went away (EOF, error) or sent something that is not K/T. */
+static void client_gone(struct supervision *sv) {
+    sv->conn_open = 0;
+    kill_tree(sv->pid, &sv->exited_pid, &sv->status);
+}
+
+/* Read and act on the client's 'K' and 'T' messages. */
+static void on_client_readable(struct supervision *sv) {
+    ssize_t got = read(sv->conn, sv->inbox + sv->inbox_len, sizeof sv->inbox - sv->inbox_len);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (got <= 0) {
+        /* Nobody wants this command any more. */
+        client_gone(sv);
+        return;
+    }
+    sv->inbox_len += (size_t)got;
+    size_t pos = 0;
+    while (pos < sv->inbox_len) {
+        unsigned char kind = sv->inbox[pos];
+        if (kind == 'T') {
+            kill_tree(sv->pid, &sv->exited_pid, &sv->status);
+            pos += 1;
+        } else if (kind == 'K') {
+            if (sv->inbox_len - pos < 5)
+                break;
+            uint32_t sig = get_u32(sv->inbox + pos + 1);
+            if (sig >= 1 && sig < (uint32_t)NSIG)
+                kill(-sv->pid, (int)sig);
+            pos += 5;
+        } else {
+            client_gone(sv);
+            return;
+        }
+    }
+    memmove(sv->inbox, sv->inbox + pos, sv->inbox_len - pos);
+    sv->inbox_len -= pos;
+}
+
+/* Supervise a command whose pipes the client reads: until it exits. */
+static void supervise(struct supervision *sv) {
+    sv->conn_open = 1;
+    while (sv->exited_pid == 0) {
+        struct pollfd pfds[2] = {{.fd = sv->sfd, .events = POLLIN},
+                                 {.fd = sv->conn, .events = POLLIN}};
+        int r = poll(pfds, sv->conn_open ? 2 : 1, timeout_wait_ms(sv));
+        if (r < 0 && errno != EINTR)
+            return;
+        if (r < 0)
+            continue;
+        /* Reap: the command, or orphans re-parented to us. */
+        on_sigchld(sv);
+        if (sv->exited_pid)
+            return;
+        if (check_timeout(sv))
+            continue;
+        if (sv->conn_open && (pfds[1].revents & (POLLIN | POLLHUP | POLLERR)))
+            on_client_readable(sv);
+    }
+}
+
+/*
+ * Inline output (FLAG_INLINE_OUTPUT): the shim reads the command's stdout and
+ * stderr itself and forwards them as 'D' frames on the connection, so the
+ * client watches one socket instead of three fds and gets output, exit and
+ * EOFs in one wake-up. A frame waits in `frame` until the socket takes it,
+ * and the pipes are not read meanwhile: a client that stops reading stops
+ * the command's output (as a full pipe would), never the shim's own loop.
+ * After the command exits, the pipes are read until EOF for at most
+ * DRAIN_GRACE_MS (a background job may hold them open), then closed.
+ */
+#define DRAIN_GRACE_MS 100
+#define FRAME_HEADER 6 /* 'D' + u8 stream + u32 length */
+#define FRAME_DATA (64u * 1024u)
+
+static void supervise_inline(struct supervision *sv, int out_fd, int err_fd) {
+    static unsigned char frame[FRAME_HEADER + FRAME_DATA];
+    size_t frame_len = 0, frame_sent = 0;
+    int pipes[2] = {out_fd, err_fd};
+    uint64_t drain_until = 0;
+    sv->conn_open = 1;
+    for (;;) {
+        if (sv->exited_pid && drain_until == 0) {
+            if (!sv->ended_ns)
+                sv->ended_ns = monotonic_ns();
+            drain_until = sv->ended_ns + (uint64_t)DRAIN_GRACE_MS * 1000000u;
+        }
+        int pipes_open = pipes[0] >= 0 || pipes[1] >= 0;
+        if (drain_until && (!pipes_open || monotonic_ns() >= drain_until)) {
+            close_fd(&pipes[0]);
+            close_fd(&pipes[1]);
+            pipes_open = 0;
+        }
+        if (!sv->conn_open) {
+            /* Nobody reads any more: drop the output; the tree is dead. */
+            close_fd(&pipes[0]);
+            close_fd(&pipes[1]);
+            frame_len = frame_sent = 0;
+            if (sv->exited_pid)
+                return;
+        }
+        if (sv->exited_pid && !pipes_open && frame_sent == frame_len)
+            return;
+
+        int wait_ms = timeout_wait_ms(sv);
+        if (drain_until) {
+            uint64_t now = monotonic_ns();
+            int left = now >= drain_until ? 0 : (int)((drain_until - now) / 1000000u) + 1;
+            wait_ms = wait_ms < 0 || left < wait_ms ? left : wait_ms;
+        }
+        short conn_events = POLLIN | (frame_sent < frame_len ? POLLOUT : 0);
+        short pipe_events = frame_sent < frame_len ? 0 : POLLIN;
+        struct pollfd pfds[4] = {{.fd = sv->sfd, .events = POLLIN},
+                                 {.fd = sv->conn_open ? sv->conn : -1, .events = conn_events},
+                                 {.fd = pipes[0], .events = pipe_events},
+                                 {.fd = pipes[1], .events = pipe_events}};
+        int r = poll(pfds, 4, wait_ms);
+        if (r < 0 && errno != EINTR)
+            return;
+        if (r < 0)
+            continue;
+        if (pfds[0].revents & POLLIN)
+            on_sigchld(sv); /* the command, or orphans re-parented to us */
+        if (sv->exited_pid == 0 && check_timeout(sv))
+            continue;
+        if (sv->conn_open && (pfds[1].revents & POLLIN))
+            on_client_readable(sv);
+        else if (sv->conn_open && (pfds[1].revents & (POLLHUP | POLLERR)) && frame_sent < frame_len)
+            client_gone(sv);
+        if (!sv->conn_open)
+            continue;
+        if (frame_sent < frame_len) {
+            ssize_t n = send(sv->conn, frame + frame_sent, frame_len - frame_sent,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n > 0)
+                frame_sent += (size_t)n;
+            else if (n < 0 && errno != EAGAIN && errno != EINTR)
+                client_gone(sv);
+            if (frame_sent < frame_len)
+                continue;
+            frame_len = frame_sent = 0;
+        }
+        for (int i = 0; i < 2 && frame_len == 0; i++) {
+            if (pipes[i] < 0 || !(pfds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t n = read(pipes[i], frame + FRAME_HEADER, FRAME_DATA);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (n <= 0) {
+                close_fd(&pipes[i]);
+                continue;
+            }
+            frame[0] = 'D';
+            frame[1] = (unsigned char)(i + 1);
+            put_u32(frame + 2, (uint32_t)n);
+            frame_len = FRAME_HEADER + (size_t)n;
+            ssize_t sent = send(sv->conn, frame, frame_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (sent > 0)
+                frame_sent = (size_t)sent;
+            else if (sent < 0 && errno != EAGAIN && errno != EINTR)
+                client_gone(sv);
+            if (frame_sent == frame_len)
+                frame_len = frame_sent = 0;
+        }
+    }
 }
 
 /* -------------------------------------------------------------- the shim */
@@ -591,101 +813,132 @@ static void run_shim(int conn) {
         _exit(0);
     }
 
-    int fds[5], nfds = 0;
-    if (req.flags & FLAG_STDIN)
-        fds[nfds++] = in_pipe[1];
-    fds[nfds++] = out_pipe[0];
-    fds[nfds++] = err_pipe[0];
-    if (req.flags & FLAG_SESSION_FDS) {
-        fds[nfds++] = fd3_pipe[0];
-        fds[nfds++] = fd4_pipe[1];
-    }
-    int client_alive = send_started(conn, pid, fds, nfds) == 0;
-    for (int i = 0; i < nfds; i++)
-        close(fds[i]);
-    if (!client_alive) {
-        kill_tree(pid, &(pid_t){0}, &(int){0});
-        _exit(0);
-    }
-
-    /* Supervise: client messages, child exits, the timeout. */
     uint64_t timeout_at = req.timeout_ms ? started + (uint64_t)req.timeout_ms * 1000000u : 0;
-    int timed_out = 0;
-    pid_t exited_pid = 0;
-    int status = 0;
-    unsigned char inbox[64];
-    size_t inbox_len = 0;
-    int conn_open = 1;
-    while (exited_pid == 0) {
-        struct pollfd pfds[2] = {{.fd = sfd, .events = POLLIN}, {.fd = conn, .events = POLLIN}};
-        int wait_ms = -1;
-        if (timeout_at) {
-            uint64_t now = monotonic_ns();
-            wait_ms = now >= timeout_at ? 0 : (int)((timeout_at - now) / 1000000u) + 1;
+    struct supervision sv = {.conn = conn, .sfd = sfd, .pid = pid, .timeout_at = timeout_at};
+    if (req.flags & FLAG_INLINE_OUTPUT) {
+        supervise_inline(&sv, out_pipe[0], err_pipe[0]);
+    } else {
+        int fds[5], nfds = 0;
+        if (req.flags & FLAG_STDIN)
+            fds[nfds++] = in_pipe[1];
+        fds[nfds++] = out_pipe[0];
+        fds[nfds++] = err_pipe[0];
+        if (req.flags & FLAG_SESSION_FDS) {
+            fds[nfds++] = fd3_pipe[0];
+            fds[nfds++] = fd4_pipe[1];
         }
-        int r = poll(pfds, conn_open ? 2 : 1, wait_ms);
-        if (r < 0 && errno != EINTR)
-            break;
-        if (pfds[0].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) > 0) {
-            }
+        int client_alive = send_started(conn, pid, fds, nfds) == 0;
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        if (!client_alive) {
+            kill_tree(pid, &(pid_t){0}, &(int){0});
+            _exit(0);
         }
-        /* Reap: the command, or orphans re-parented to us. */
-        reap_children(pid, &exited_pid, &status);
-        if (exited_pid)
-            break;
-        if (timeout_at && monotonic_ns() >= timeout_at) {
-            timed_out = 1;
-            kill_tree(pid, &exited_pid, &status);
-            timeout_at = 0;
-            continue;
-        }
-        if (conn_open && (pfds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            ssize_t got = read(conn, inbox + inbox_len, sizeof inbox - inbox_len);
-            if (got < 0 && (errno == EINTR || errno == EAGAIN))
-                continue;
-            if (got <= 0) {
-                /* The client went away: nobody wants this command any more. */
-                conn_open = 0;
-                kill_tree(pid, &exited_pid, &status);
-                continue;
-            }
-            inbox_len += (size_t)got;
-            size_t pos = 0;
-            int bad = 0;
-            while (pos < inbox_len && !bad) {
-                unsigned char kind = inbox[pos];
-                if (kind == 'T') {
-                    kill_tree(pid, &exited_pid, &status);
-                    pos += 1;
-                } else if (kind == 'K') {
-                    if (inbox_len - pos < 5)
-                        break;
-                    uint32_t sig = get_u32(inbox + pos + 1);
-                    if (sig >= 1 && sig < (uint32_t)NSIG)
-                        kill(-pid, (int)sig);
-                    pos += 5;
-                } else {
-                    bad = 1;
-                }
-            }
-            if (bad) {
-                /* A confused client: end the command as if it had gone away. */
-                conn_open = 0;
-                kill_tree(pid, &exited_pid, &status);
-                continue;
-            }
-            memmove(inbox, inbox + pos, inbox_len - pos);
-            inbox_len -= pos;
+        supervise(&sv);
+    }
+    if (sv.exited_pid == 0) {
+        while (waitpid(pid, &sv.status, 0) < 0 && errno == EINTR) {
         }
     }
-    if (exited_pid == 0) {
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-    }
-    send_exit(conn, status, timed_out, monotonic_ns() - started);
+    send_exit(conn, sv.status, sv.timed_out, (sv.ended_ns ? sv.ended_ns : monotonic_ns()) - started);
     _exit(0);
+}
+
+/* ------------------------------------------------------------- the spare */
+
+/*
+ * A spare shim is forked before any client connects and waits in accept()
+ * itself, so a new connection finds a process ready to run its command and
+ * the fork is off the critical path. Once it has accepted (or if it dies), it
+ * has closed its end of a pipe; init sees EOF there and forks the next spare.
+ * While there is no spare (the fork failed: usually the sandbox's pids limit)
+ * init accepts and forks per connection itself, and reports a failed fork.
+ */
+struct spare {
+    pid_t pid; /* 0: none */
+    int hup_fd; /* read end; EOF once the spare has taken a connection or died */
+};
+
+/* In the spare: wait for one connection, then become its shim. Never returns. */
+static void run_spare(int listen_fd, int hup_w, pid_t init_pid) {
+    /* On a host (tests), do not outlive init holding its socket. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != init_pid)
+        _exit(0);
+    for (;;) {
+        struct pollfd pfd = {.fd = listen_fd, .events = POLLIN};
+        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+            _exit(1);
+        int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (conn >= 0) {
+            close(listen_fd);
+            close(hup_w); /* tells init to fork the next spare */
+            prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+            run_shim(conn);
+        }
+        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static void fork_spare(int listen_fd, int init_sfd, struct spare *spare) {
+    int hup[2];
+    if (pipe2(hup, O_CLOEXEC) < 0)
+        return;
+    pid_t init_pid = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(init_sfd);
+        close(hup[0]);
+        run_spare(listen_fd, hup[1], init_pid);
+    }
+    close(hup[1]);
+    if (pid < 0) {
+        close(hup[0]);
+        return;
+    }
+    spare->pid = pid;
+    spare->hup_fd = hup[0];
+}
+
+/* Accept every pending connection and fork a shim for each (no spare). */
+static void accept_and_fork(int listen_fd, int sfd) {
+    for (;;) {
+        int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (conn < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+                struct timespec ts = {0, 10000000};
+                nanosleep(&ts, NULL);
+            }
+            return;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(listen_fd);
+            close(sfd);
+            run_shim(conn);
+        }
+        if (pid < 0) {
+            /* Usually the pids limit. Say so: drain the request that has
+             * arrived (closing over unread data would reset the
+             * connection) and answer with the errno. */
+            int err = errno;
+            char sink[4096];
+            while (recv(conn, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+            }
+            send_error(conn, err, STAGE_OTHER);
+        }
+        close(conn);
+        /* Reap as we go: under a steady stream of connections this loop
+         * may not return to poll() for a while, and every unreaped shim
+         * still counts against the sandbox's pids limit. */
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+    }
 }
 
 /* -------------------------------------------------------------- init main */
@@ -717,13 +970,8 @@ int main(int argc, char **argv) {
     /* On a host (tests), orphans come to us rather than to the host's init. */
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGINT, SIG_IGN);
-    signal(SIGHUP, SIG_IGN);
-    signal(SIGPIPE, SIG_IGN);
-    signal(SIGQUIT, SIG_IGN);
-    signal(SIGUSR1, SIG_IGN);
-    signal(SIGUSR2, SIG_IGN);
+    for (size_t i = 0; i < sizeof IGNORED_SIGNALS / sizeof IGNORED_SIGNALS[0]; i++)
+        signal(IGNORED_SIGNALS[i], SIG_IGN);
 
     sigset_t chld;
     sigemptyset(&chld);
@@ -736,8 +984,13 @@ int main(int argc, char **argv) {
     int fl = fcntl(listen_fd, F_GETFL);
     fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK);
 
+    struct spare spare = {0, -1};
     for (;;) {
-        struct pollfd pfds[2] = {{.fd = listen_fd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+        if (spare.pid == 0)
+            fork_spare(listen_fd, sfd, &spare);
+        /* With a spare, it alone watches the socket; init waits for it to be taken. */
+        struct pollfd pfds[2] = {{.fd = sfd, .events = POLLIN},
+                                 {.fd = spare.pid ? spare.hup_fd : listen_fd, .events = POLLIN}};
         if (poll(pfds, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;
@@ -745,48 +998,20 @@ int main(int argc, char **argv) {
             nanosleep(&ts, NULL);
             continue;
         }
-        if (pfds[1].revents & POLLIN) {
+        if (pfds[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) > 0) {
             }
             while (waitpid(-1, NULL, WNOHANG) > 0) {
             }
         }
-        if (pfds[0].revents & POLLIN) {
-            for (;;) {
-                int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-                if (conn < 0) {
-                    if (errno == EINTR || errno == ECONNABORTED)
-                        continue;
-                    if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
-                        errno == ENOBUFS) {
-                        struct timespec ts = {0, 10000000};
-                        nanosleep(&ts, NULL);
-                    }
-                    break;
-                }
-                pid_t pid = fork();
-                if (pid == 0) {
-                    close(listen_fd);
-                    close(sfd);
-                    run_shim(conn);
-                }
-                if (pid < 0) {
-                    /* Usually the pids limit. Say so: drain the request that has
-                     * arrived (closing over unread data would reset the
-                     * connection) and answer with the errno. */
-                    int err = errno;
-                    char sink[4096];
-                    while (recv(conn, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-                    }
-                    send_error(conn, err, STAGE_OTHER);
-                }
-                close(conn);
-                /* Reap as we go: under a steady stream of connections this loop
-                 * may not return to poll() for a while, and every unreaped shim
-                 * still counts against the sandbox's pids limit. */
-                while (waitpid(-1, NULL, WNOHANG) > 0) {
-                }
+        if (pfds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            if (spare.pid) {
+                close(spare.hup_fd);
+                spare.pid = 0;
+                spare.hup_fd = -1;
+            } else {
+                accept_and_fork(listen_fd, sfd);
             }
         }
     }
