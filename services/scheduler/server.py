@@ -72,6 +72,8 @@ class RunningScheduler:
     store_home: Path
     pools: PoolFiller
     unregister_metrics: Callable[[], None] = lambda: None
+    owns_backend: bool = False
+    """The scheduler loaded the backend itself (not handed one), so it closes it on stop."""
 
     async def stop(self, settings: SchedulerSettings) -> None:
         await self.server.stop(settings.shutdown_grace_seconds)
@@ -84,7 +86,7 @@ class RunningScheduler:
         # The backend's own shutdown (the local one stops its egress proxy and
         # removes the bridge and nft tables once no sandbox needs them).
         close = getattr(self.lifecycle.backend, "close", None)
-        if close is not None:
+        if self.owns_backend and close is not None:
             await close()
         self.store.close()
         (self.store_home / "run" / "scheduler.addr").unlink(missing_ok=True)
@@ -97,6 +99,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     # Read the templates first: a bad file stops the start before anything changes.
     templates = load_templates(settings.home, settings.limits)
     store = SandboxStore(layout.state_db)
+    owns_backend = backend is None
     if backend is None:
         backend = load_backend(settings.backend, settings)
     signer = TokenSigner(load_or_create_key(layout.token_key))
@@ -131,7 +134,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
         metrics = serve_metrics(settings.metrics_listen, layout.run / "scheduler.metrics.addr")
         log.info("scheduler metrics", address=metrics)
     return RunningScheduler(
-        address, server, lifecycle, reaper, store, settings.home, pools, unregister
+        address, server, lifecycle, reaper, store, settings.home, pools, unregister, owns_backend
     )
 
 

@@ -108,15 +108,24 @@ def test_invalid_fields_are_named(
     assert _reason(err) == "INVALID_FIELD"
 
 
-@pytest.mark.parametrize("mode", [Mode.ALLOWLIST, Mode.INTERNET])
-def test_network_modes_beyond_none_are_not_yet_supported(
-    plane: ControlPlane, mode: common_pb2.NetworkPolicy.Mode.ValueType
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        (common_pb2.NetworkPolicy(mode=Mode.ALLOWLIST), "at least one cidr or domain"),
+        (common_pb2.NetworkPolicy(mode=Mode.ALLOWLIST, cidrs=["10.0.0.1/8"]), "network.cidrs"),
+        (common_pb2.NetworkPolicy(mode=Mode.ALLOWLIST, domains=["a b"]), "network.domains"),
+        (
+            common_pb2.NetworkPolicy(mode=Mode.INTERNET, ports=[80]),
+            "only allowed with mode ALLOWLIST",
+        ),
+    ],
+)
+def test_bad_network_policies_name_the_field(
+    plane: ControlPlane, policy: common_pb2.NetworkPolicy, field: str
 ) -> None:
-    err = _error(
-        plane, sandbox_pb2.CreateSandboxRequest(network=common_pb2.NetworkPolicy(mode=mode))
-    )
-    assert code(err) == grpc.StatusCode.FAILED_PRECONDITION
-    assert "not yet supported" in details(err)
+    err = _error(plane, sandbox_pb2.CreateSandboxRequest(network=policy))
+    assert code(err) == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in details(err)
 
 
 def test_unknown_image_is_a_client_fault(plane: ControlPlane) -> None:

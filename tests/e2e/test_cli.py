@@ -84,7 +84,7 @@ def test_bad_requests_give_clear_errors(stack: Stack) -> None:
         (["rm", "sb-doesnotexist"], "not found"),
         (["create", "--memory", "1"], "memory"),
         (["create", "--image", "no-such-image"], "no-such-image"),
-        (["create", "--network", "internet"], "not yet supported"),
+        (["create", "--network", "allowlist"], "at least one cidr or domain"),
         (["create", "--label", "novalue"], "K=V"),
         (["cp", "/nonexistent-local", "sb-doesnotexist:/x"], "not found"),
         (["--api-key", "wrong", "ls"], "invalid API key"),

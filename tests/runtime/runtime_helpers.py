@@ -20,6 +20,8 @@ from pathlib import Path
 from orchard.scheduler.backends.local import cgroups, overlay
 from orchard.scheduler.backends.local.runc import process_start_time
 
+from tests.network.leftovers import network_leftovers
+
 NAMESPACES = ("pid", "mnt", "net", "uts", "ipc", "cgroup")
 INIT_MAGIC = 0x4F524331
 
@@ -80,6 +82,7 @@ class Footprint:
         left += [f"mount {m}" for m in mounts_under(sandbox_dir)]
         left += [f"cgroup {c}" for c in cgroup_dirs(self.sandbox_id)]
         left += [f"netns user pid {p}" for p in processes_in_netns(self.netns)]
+        left += network_leftovers(self.sandbox_id)  # veth, nft chains/sets, address lease
         if sandbox_dir.exists():
             left.append(f"folder {sandbox_dir}")
         state = self.home / "run" / "runc" / self.sandbox_id

@@ -91,6 +91,12 @@ class LocalBackend:
 
     async def create(self, spec: SandboxSpec) -> BackendSandbox:
         check_sandbox_id(spec.sandbox_id)
+        if spec.network_mode != spec.network.mode:
+            raise BackendError.invalid(
+                f"network mode {spec.network_mode!r} does not match the policy's "
+                f"{spec.network.mode!r} (modes: none, allowlist, internet)",
+                reason="UNSUPPORTED",
+            )
         if spec.cpu_millis <= 0 or spec.memory_bytes <= 0 or spec.pids <= 0:
             raise BackendError.invalid("cpu, memory and pids limits must be positive")
         async with self._id_lock(spec.sandbox_id), self._slots:

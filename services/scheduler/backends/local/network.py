@@ -106,8 +106,8 @@ class SandboxNetworking:
 
         def found() -> list[tuple[str, Attachment]]:
             out = []
-            with contextlib.suppress(FileNotFoundError):
-                for entry in os.scandir(self.layout.sandboxes):
+            with contextlib.suppress(FileNotFoundError), os.scandir(self.layout.sandboxes) as it:
+                for entry in it:
                     attachment = Attachment.read(Path(entry.path))
                     if attachment is not None and attachment.address is not None:
                         out.append((entry.name, attachment))

@@ -59,7 +59,8 @@ class AddressLeases:
 
     def held_by(self, sandbox_id: str) -> ipaddress.IPv4Address | None:
         try:
-            entries = list(os.scandir(self.folder))
+            with os.scandir(self.folder) as found:
+                entries = list(found)
         except FileNotFoundError:
             return None
         for entry in entries:
@@ -80,6 +81,7 @@ class AddressLeases:
 
     def count(self) -> int:
         try:
-            return sum(1 for _ in os.scandir(self.folder))
+            with os.scandir(self.folder) as found:
+                return sum(1 for _ in found)
         except FileNotFoundError:
             return 0
