@@ -1,0 +1,104 @@
+"""The Kubernetes side of network policy: a sandbox's policy as manifests.
+
+The class-level policies of the sandbox namespace (default deny, executor
+ingress, ``internet`` egress without private ranges, ``allowlist`` egress to
+the egress proxy only) are the Kubernetes backend's
+(``kubernetes.manifests.sandbox_network_policies``); a pod joins its class by
+the ``orchard.dev/network`` label. What is per sandbox is compiled here:
+
+- ``allowlist`` CIDRs (and ports) become one NetworkPolicy selecting the pod
+  by ``orchard.dev/sandbox-id``; the cluster's own ranges (pod and service
+  CIDRs) are cut out of every allowed block (``except``), and a block inside
+  them is refused, so no allowlist reaches other pods;
+- ``allowlist`` domains go through the same egress proxy as on one machine
+  (it resolves names itself); its table entry for the sandbox is the policy's
+  JSON, published in the ConfigMap this module builds.
+
+IPv4 only, like the local network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from ..base import BackendError
+from ..kubernetes.manifests import NETWORK, SANDBOX_ID, network_policy
+from .policy import MODE_ALLOWLIST, NetworkPolicySpec
+
+Manifest = dict[str, Any]
+PROXY_CONFIGMAP = "orchard-egress-policies"
+
+
+def pod_labels(policy: NetworkPolicySpec) -> dict[str, str]:
+    """The label that puts the pod in its policy class."""
+    return {NETWORK: policy.mode}
+
+
+def _blocks(policy: NetworkPolicySpec, cluster_cidrs: tuple[str, ...]) -> list[Manifest]:
+    cluster = [ipaddress.IPv4Network(c) for c in cluster_cidrs]
+    peers: list[Manifest] = []
+    for net in policy.networks:
+        if any(net.subnet_of(c) for c in cluster):
+            raise BackendError.invalid(
+                f"network.cidrs: {net} is inside the cluster's own ranges "
+                f"({', '.join(cluster_cidrs)}), which sandboxes never reach"
+            )
+        cut = sorted(str(c) for c in cluster if c.subnet_of(net) and c != net)
+        block: Manifest = {"cidr": str(net)}
+        if cut:
+            block["except"] = cut
+        peers.append({"ipBlock": block})
+    return peers
+
+
+def sandbox_egress_policy(
+    sandbox_id: str,
+    namespace: str,
+    policy: NetworkPolicySpec,
+    cluster_cidrs: tuple[str, ...] = (),
+) -> Manifest | None:
+    """The per-sandbox NetworkPolicy for an allowlist's CIDRs; None when there are none."""
+    if policy.mode != MODE_ALLOWLIST or not policy.cidrs:
+        return None
+    rule: Manifest = {"to": _blocks(policy, cluster_cidrs)}
+    if policy.ports:
+        rule["ports"] = [
+            {"protocol": proto, "port": port} for port in policy.ports for proto in ("TCP", "UDP")
+        ]
+    return network_policy(
+        f"orchard-sandbox-{sandbox_id}-egress",
+        namespace,
+        {SANDBOX_ID: sandbox_id},
+        egress=[rule],
+        policy_types=("Egress",),
+    )
+
+
+def proxy_policies_configmap(namespace: str, policies: dict[str, NetworkPolicySpec]) -> Manifest:
+    """The egress proxy's table: one ``<sandbox id>.json`` per allowlist/internet sandbox."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": PROXY_CONFIGMAP,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "orchard"},
+        },
+        "data": {
+            f"{sandbox_id}.json": policy.to_json()
+            for sandbox_id, policy in sorted(policies.items())
+            if policy.networked
+        },
+    }
+
+
+def compile_sandbox(
+    sandbox_id: str,
+    namespace: str,
+    policy: NetworkPolicySpec,
+    cluster_cidrs: tuple[str, ...] = (),
+) -> list[Manifest]:
+    """Every per-sandbox object the policy needs (the class policies exist already)."""
+    egress = sandbox_egress_policy(sandbox_id, namespace, policy, cluster_cidrs)
+    return [] if egress is None else [egress]

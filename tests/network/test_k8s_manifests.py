@@ -1,0 +1,67 @@
+"""The Kubernetes compilation of network policy, validated offline against the
+official OpenAPI schemas (kubernetes-validate, strict), as the Kubernetes
+backend's own manifests are (``tests/kubernetes/schemas.py``). No cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from orchard.scheduler.backends.base import BackendError
+from orchard.scheduler.backends.kubernetes.manifests import NETWORK, SANDBOX_ID
+from orchard.scheduler.backends.netpolicy.k8s import (
+    compile_sandbox,
+    pod_labels,
+    proxy_policies_configmap,
+    sandbox_egress_policy,
+)
+from orchard.scheduler.backends.netpolicy.policy import NetworkPolicySpec, build_policy
+
+from tests.kubernetes.schemas import KUBERNETES_VERSIONS, schema_errors
+
+CLUSTER = ("10.244.0.0/16", "10.96.0.0/12")
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_allowlist_cidrs_compile_to_a_valid_per_sandbox_policy(version: str) -> None:
+    policy = build_policy("allowlist", ["10.0.0.0/8", "203.0.113.0/24"], [443], ["pypi.org"])
+    manifest = sandbox_egress_policy("sb-abc123", "orchard-sandboxes", policy, CLUSTER)
+    assert manifest is not None
+    assert schema_errors(manifest, version) == []
+    spec = manifest["spec"]
+    assert spec["podSelector"] == {"matchLabels": {SANDBOX_ID: "sb-abc123"}}
+    assert spec["policyTypes"] == ["Egress"]
+    (rule,) = spec["egress"]
+    blocks = {peer["ipBlock"]["cidr"]: peer["ipBlock"].get("except") for peer in rule["to"]}
+    # The cluster's own ranges are cut out of a wide block.
+    assert blocks == {"10.0.0.0/8": ["10.244.0.0/16", "10.96.0.0/12"], "203.0.113.0/24": None}
+    assert rule["ports"] == [{"protocol": "TCP", "port": 443}, {"protocol": "UDP", "port": 443}]
+
+
+def test_a_block_inside_the_cluster_is_refused() -> None:
+    policy = build_policy("allowlist", ["10.244.3.0/24"], [], [])
+    with pytest.raises(BackendError, match="cluster's own ranges"):
+        sandbox_egress_policy("sb-abc123", "ns", policy, CLUSTER)
+
+
+def test_modes_without_cidrs_need_no_per_sandbox_policy() -> None:
+    for policy in (
+        NetworkPolicySpec(),
+        NetworkPolicySpec("internet"),
+        build_policy("allowlist", [], [], ["pypi.org"]),
+    ):
+        assert compile_sandbox("sb-abc123", "ns", policy, CLUSTER) == []
+        assert pod_labels(policy) == {NETWORK: policy.mode}
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_proxy_table_configmap(version: str) -> None:
+    allow = build_policy("allowlist", [], [], ["pypi.org"])
+    manifest = proxy_policies_configmap(
+        "orchard-system",
+        {"sb-b": allow, "sb-a": NetworkPolicySpec("internet"), "sb-c": NetworkPolicySpec()},
+    )
+    assert schema_errors(manifest, version) == []
+    assert sorted(manifest["data"]) == ["sb-a.json", "sb-b.json"]  # "none" needs no entry
+    assert NetworkPolicySpec.from_json(manifest["data"]["sb-b.json"]) == allow
+    assert json.loads(manifest["data"]["sb-a.json"])["mode"] == "internet"
