@@ -1010,9 +1010,12 @@ int main(int argc, char **argv) {
                 close(spare.hup_fd);
                 spare.pid = 0;
                 spare.hup_fd = -1;
-            } else {
-                accept_and_fork(listen_fd, sfd);
             }
+            /* Under load more connections wait behind the one the spare took:
+             * serve them in one batch rather than one spare at a time. When
+             * there are none this is a single accept() that finds nothing,
+             * made while the spare's command runs. */
+            accept_and_fork(listen_fd, sfd);
         }
     }
 }
