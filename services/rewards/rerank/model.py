@@ -46,7 +46,11 @@ class ValueModel:
         featurizer = featurizer or make_featurizer("hashing")
         x = featurizer.transform(rollouts)
         y = np.array([1.0 if r.resolved else 0.0 for r in rollouts])
-        mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-6
+        # Standardise only dense columns: scaling sparse hashed counts by their tiny
+        # std would blow rare n-grams up into the strongest features.
+        dense = x.std(axis=0) > 0.05
+        mean = np.where(dense, x.mean(axis=0), 0.0)
+        scale = np.where(dense, x.std(axis=0) + 1e-6, 1.0)
         x = (x - mean) / scale
         weights, bias = (
             np.zeros(x.shape[1]),
