@@ -53,7 +53,10 @@ DEFAULT_PACKAGES = (
     "python3-pytest",
     "ca-certificates",
     "procps",
+    # The SWE test runner's last patch-apply step (`patch --fuzz`) needs it.
+    "patch",
 )
+RECIPE_FILE = "recipe.txt"
 STAGING_PREFIX = ".staging-"
 
 
@@ -258,10 +261,13 @@ def build_default_image(
 ) -> StoredImage:
     """Build the default Debian image with mmdebstrap once; later calls return it at once."""
     store = ImageStore(images_dir)
-    if store.exists(name):
+    # The cache is keyed by what went into the build: changing the package list
+    # (or suite, mirror) rebuilds the image instead of serving a stale one.
+    recipe = f"mmdebstrap minbase suite={suite} mirror={mirror} include={','.join(packages)}\n"
+    if _built_from(store, name) == recipe:
         return store.get(name)
     with store.lock():
-        if store.exists(name):  # built by another process while we waited
+        if _built_from(store, name) == recipe:  # built by another process while we waited
             return store.get(name)
         store.remove_stale_staging()
         staging = store.new_staging()
@@ -289,10 +295,21 @@ def build_default_image(
                     path.write_text("")
             os.chmod(layer, 0o755)
             env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
-            return store.commit(staging, name, ["0"], env, "/")
+            (staging / RECIPE_FILE).write_text(recipe)
+            return store.commit(staging, name, ["0"], env, "/", replace=store.exists(name))
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+
+def _built_from(store: ImageStore, name: str) -> str | None:
+    """The recipe a stored image was built from, or None (absent, imported, or older)."""
+    if not store.exists(name):
+        return None
+    try:
+        return (store.folder_of(name) / RECIPE_FILE).read_text()
+    except FileNotFoundError:
+        return None
 
 
 def import_image(
