@@ -33,7 +33,18 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         "--listen", default="127.0.0.1:0", help="address to serve on (port 0: pick a free one)"
     )
     parser.add_argument(
-        "--executor-address", required=True, help="the node executor's address, given to clients"
+        "--executor-address",
+        default="",
+        help="the node executor's address, given to clients of sandboxes without their own "
+        "executor (omit on Kubernetes: every pod runs its own)",
+    )
+    parser.add_argument(
+        "--executor-bundle",
+        type=Path,
+        default=None,
+        help="local backend: run sandboxes injected, each with its own executor from this "
+        "bundle (default $ORCHARD_EXECUTOR_BUNDLE; `python -m orchard.executor.bundle build` "
+        "prints its path)",
     )
     parser.add_argument("--backend", default="local", help="backend name (default: local)")
     parser.add_argument(
@@ -60,6 +71,7 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
     args = parser.parse_args(argv)
     images_env = os.environ.get("ORCHARD_IMAGES_DIR")
     init_env = os.environ.get("ORCHARD_INIT_BINARY")
+    bundle_env = os.environ.get("ORCHARD_EXECUTOR_BUNDLE")
     return SchedulerSettings(
         home=args.home or orchard_home(),
         listen=args.listen,
@@ -67,6 +79,7 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         backend=args.backend,
         images_dir=args.images_dir or (Path(images_env) if images_env else None),
         init_binary=args.init_binary or (Path(init_env) if init_env else None),
+        executor_bundle=args.executor_bundle or (Path(bundle_env) if bundle_env else None),
         delete_all_on_shutdown=args.delete_all_on_shutdown,
         metrics_listen=args.metrics_listen,
     )

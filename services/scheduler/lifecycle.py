@@ -34,13 +34,14 @@ from orchard.common.metrics import observe_phase
 from orchard.common.tokens import TokenSigner
 from orchard.common.tracing import span
 
-from .backends.base import Backend, BackendError, SandboxSpec
+from .backends.base import CLAIMED_ELSEWHERE, Backend, BackendError, BackendSandbox, SandboxSpec
 from .ids import new_sandbox_id
 from .network_policies import NetworkPolicyTable, mode_name
 from .settings import SchedulerSettings
 from .store import (
     LIVE_STATES,
     POOL_TENANT,
+    USABLE_STATES,
     DuplicateRequestError,
     SandboxRecord,
     SandboxStore,
@@ -71,6 +72,46 @@ class EnvUpdatingBackend(Protocol):
     """
 
     async def update_env(self, sandbox_id: str, env: dict[str, str]) -> None: ...
+
+
+@runtime_checkable
+class PoolBackend(Protocol):
+    """A backend that keeps pool state itself (Kubernetes: the pods' labels and deadlines).
+
+    Members are made with ``create_pool_member`` (free, with a long deadline),
+    sandboxes owned from the start with ``create_owned`` (owner and TTL on the
+    object, so the backstop holds without the scheduler), and a claim the store
+    granted is confirmed on the object with ``claim_member`` (optimistic
+    concurrency there: a conflict is a failed claim, never a shared sandbox).
+    """
+
+    async def create_pool_member(self, spec: SandboxSpec, template: str) -> BackendSandbox: ...
+
+    async def create_owned(
+        self, spec: SandboxSpec, *, tenant: str, ttl_seconds: int, template: str
+    ) -> BackendSandbox: ...
+
+    async def claim_member(
+        self, sandbox_id: str, *, tenant: str, ttl_seconds: int, labels: dict[str, str]
+    ) -> None: ...
+
+
+class SandboxFailure(Protocol):
+    """Why a running sandbox failed, as a backend reports it."""
+
+    @property
+    def reason(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def client_fault(self) -> bool: ...
+
+
+@runtime_checkable
+class FailureReportingBackend(Protocol):
+    """A backend whose sandboxes can fail behind the scheduler's back (preemption, eviction)."""
+
+    async def failure(self, sandbox_id: str) -> SandboxFailure | None: ...
 
 
 class SandboxLifecycle:
@@ -150,13 +191,18 @@ class SandboxLifecycle:
             created_at=now,
             expires_at=now + template.idle_ttl_seconds,
             env=dict(template.env),
+            runtime_class=template.runtime_class,
         )
+
+    def _save_template_network(self, rec: SandboxRecord, template: Template) -> None:
+        if template.network.networked:
+            self.network_policies.save(rec.id, template.network)
 
     async def make_pool_member(self, template: Template) -> SandboxRecord:
         """Create one unclaimed READY member of ``template``'s pool (FAILED if the backend fails)."""
-        return await self._insert_and_create(
-            self._from_template(template, self.clock()), State.READY
-        )
+        rec = self._from_template(template, self.clock())
+        self._save_template_network(rec, template)
+        return await self._insert_and_create(rec, State.READY)
 
     async def claim(
         self, tenant: str, req: ValidatedCreate, template: Template
@@ -187,13 +233,21 @@ class SandboxLifecycle:
                 return await self._settled(existing), "retry"
             if rec is None:
                 break
-            if not req.env:
-                return rec, "hit"
             try:
-                assert isinstance(self.backend, EnvUpdatingBackend)
-                await self.backend.update_env(rec.id, req.env)
+                if isinstance(self.backend, PoolBackend):
+                    await self.backend.claim_member(
+                        rec.id, tenant=tenant, ttl_seconds=req.ttl_seconds, labels=req.labels
+                    )
+                if req.env:
+                    assert isinstance(self.backend, EnvUpdatingBackend)
+                    await self.backend.update_env(rec.id, req.env)
                 return rec, "hit"
             except BackendError as exc:
+                if exc.reason == CLAIMED_ELSEWHERE:
+                    # Another scheduler replica won the pod: it is theirs now, not broken.
+                    self.store.release_request(rec.id)
+                    self.store.set_state(rec.id, State.DELETED, exc.message)
+                    continue
                 await self._discard_broken_member(rec, exc.message)
         now = self.clock()
         cold = replace(
@@ -206,6 +260,7 @@ class SandboxLifecycle:
             expires_at=now + req.ttl_seconds,
             claimed_at=now,
         )
+        self._save_template_network(cold, template)
         return await self._insert_and_create(cold, State.CLAIMED), "miss"
 
     async def _discard_broken_member(self, rec: SandboxRecord, why: str) -> None:
@@ -241,10 +296,11 @@ class SandboxLifecycle:
             env=dict(rec.env),
             network_mode=mode_name(rec.network_mode),
             network=self.network_policies.get(rec.id, rec.network_mode),
+            runtime_class=rec.runtime_class,
         )
         try:
             with span("backend.create", sandbox_id=rec.id, backend=self.backend.name):
-                await self.backend.create(spec)
+                created = await self._backend_create(rec, spec)
         except BackendError as exc:
             fault = "client" if exc.client_fault else "infrastructure"
             logger.warning("create failed", reason=exc.reason, fault=fault, error=exc.message)
@@ -255,6 +311,9 @@ class SandboxLifecycle:
             message = f"backend failure: {exc}"
             self.store.set_state(rec.id, State.FAILED, message, "infrastructure", "BACKEND_FAILURE")
             return rec.with_state(State.FAILED, message, "infrastructure", "BACKEND_FAILURE")
+        if created.executor_address:
+            self.store.set_executor_address(rec.id, created.executor_address)
+            rec = replace(rec, executor_address=created.executor_address)
         self.store.set_state(rec.id, ready_state)
         observe_phase("create", time.monotonic() - started)
         logger.info(
@@ -264,6 +323,51 @@ class SandboxLifecycle:
             seconds=round(time.monotonic() - started, 4),
         )
         return rec.with_state(ready_state)
+
+    async def _backend_create(self, rec: SandboxRecord, spec: SandboxSpec) -> BackendSandbox:
+        backend = self.backend
+        if not isinstance(backend, PoolBackend):
+            return await backend.create(spec)
+        if rec.in_pool:
+            return await backend.create_pool_member(spec, rec.template)
+        return await backend.create_owned(
+            spec, tenant=rec.tenant, ttl_seconds=rec.ttl_seconds, template=rec.template
+        )
+
+    # ---- failures the backend reports --------------------------------------------
+
+    async def sweep_failures(self) -> int:
+        """Mark running sandboxes the backend says have failed (preempted, evicted, OOM) FAILED.
+
+        Called by the reaper every pass. A client's sandbox keeps its FAILED record
+        (with the backend's reason and fault) until it is deleted or expires; an
+        unclaimed pool member, which nobody saw, is removed at once.
+        """
+        backend = self.backend
+        if not isinstance(backend, FailureReportingBackend):
+            return 0
+        found = 0
+        for rec in self.store.find(states=USABLE_STATES):
+            if self.is_busy(rec.id):
+                continue
+            failure = await backend.failure(rec.id)
+            if failure is None:
+                continue
+            found += 1
+            fault = "client" if failure.client_fault else "infrastructure"
+            log.warning(
+                "sandbox failed in the backend",
+                sandbox_id=rec.id,
+                reason=failure.reason,
+                fault=fault,
+                error=failure.message,
+            )
+            failed = rec.with_state(State.FAILED, failure.message, fault, failure.reason)
+            self.store.set_state(rec.id, State.FAILED, failure.message, fault, failure.reason)
+            if rec.in_pool:
+                with contextlib.suppress(ServiceError):
+                    await self.remove(failed, f"pool member failed: {failure.message}")
+        return found
 
     # ---- read ---------------------------------------------------------------
 
@@ -282,7 +386,13 @@ class SandboxLifecycle:
         token, expiry = self.signer.issue(
             rec.id, ttl, now=now, tenant=rec.tenant, max_execs=call_quota().max_execs
         )
-        return self.settings.executor_address, token, float(expiry)
+        address = rec.executor_address or self.settings.executor_address
+        if not address:
+            raise infrastructure(
+                f"sandbox {rec.id} has no executor address (no node executor is configured "
+                "and the backend reported none)"
+            )
+        return address, token, float(expiry)
 
     # ---- delete -------------------------------------------------------------
 

@@ -1,5 +1,9 @@
 """TtlReaper: deletes sandboxes whose TTL ran out, and retries stuck deletes.
 
+Each pass first asks the backend which running sandboxes failed behind the
+scheduler's back (``SandboxLifecycle.sweep_failures``: Kubernetes preemption,
+eviction, OOM) so their records say FAILED with the right fault.
+
 Runs as one background task. Expired sandboxes are removed a few at a time in
 parallel (bounded, so a burst of expiries does not starve create calls of the
 backend). DELETED records are forgotten a day after their expiry.
@@ -42,6 +46,8 @@ class TtlReaper:
     async def _loop(self) -> None:
         while True:
             try:
+                # Failures first: a preempted sandbox is FAILED before it is reaped.
+                await self.lifecycle.sweep_failures()
                 await self.reap_once()
             except Exception:
                 log.exception("reaper pass failed")

@@ -8,7 +8,8 @@ the backend what exists on the node. The rules:
 - DELETING in the store: finish the delete, mark DELETED.
 - READY or CLAIMED in the store but gone from the backend: FAILED (infrastructure).
 - READY or CLAIMED and present: adopted as they are (warm pool members too:
-  the pool counts them again at once).
+  the pool counts them again at once), with the executor address the backend
+  reports for them (a sandbox running its own executor).
 - FAILED in the store but present in the backend: remove the leftover container.
 - Present in the backend but unknown to the store (or DELETED there): remove.
 - Unclaimed warm pool members no client ever saw: whatever is cut short or
@@ -40,6 +41,7 @@ async def reconcile(store: SandboxStore, backend: Backend) -> RecoveryReport:
     listed = await backend.list()
     present = {b.sandbox_id for b in listed}
     stopped = {b.sandbox_id for b in listed if not b.running}
+    addresses = {b.sandbox_id: b.executor_address for b in listed}
     known: set[str] = set()
 
     async def remove(sandbox_id: str) -> bool:
@@ -101,6 +103,9 @@ async def reconcile(store: SandboxStore, backend: Backend) -> RecoveryReport:
             report.failed += 1
         elif rec.state == State.FAILED and exists:
             await remove(rec.id)
+        elif exists and addresses.get(rec.id, "") != rec.executor_address:
+            # Adopted: its own executor's address as the backend sees it now.
+            store.set_executor_address(rec.id, addresses.get(rec.id, ""))
     for sandbox_id in sorted(present - known):
         if await remove(sandbox_id):
             report.orphans_removed += 1

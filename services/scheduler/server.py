@@ -35,7 +35,7 @@ from .service import SchedulerService
 from .settings import SchedulerSettings
 from .store import SandboxStore
 from .telemetry import register_scheduler_metrics
-from .templates import load_templates
+from .templates import check_runtime_classes, load_templates
 
 log = structlog.get_logger("orchard.scheduler")
 
@@ -102,6 +102,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     owns_backend = backend is None
     if backend is None:
         backend = load_backend(settings.backend, settings)
+    check_runtime_classes(templates, backend)
     signer = TokenSigner(load_or_create_key(layout.token_key))
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)

@@ -69,7 +69,11 @@ class SchedulerSettings:
     listen: str = "127.0.0.1:0"
     """Where the internal SandboxService listens; port 0 picks a free one."""
     executor_address: str = ""
-    """The node executor's address, handed to clients for the data plane."""
+    """The node executor's address, handed to clients for the data plane of sandboxes
+    that do not run their own executor ("" = there is no node executor: Kubernetes)."""
+    executor_bundle: Path | None = None
+    """Local backend: the executor bundle; sandboxes of runtime class "" then run
+    injected (their own executor, at ``unix:<home>/sandboxes/<id>/run/executor.sock``)."""
     backend: str = "local"
     """Backend name for ``backends.load_backend``."""
     images_dir: Path | None = None

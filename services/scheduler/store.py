@@ -64,6 +64,11 @@ class SandboxRecord:
     template: str = ""
     # When a client claimed it (0: never claimed).
     claimed_at: float = 0.0
+    # Where clients reach its own executor ("" = the node executor serves it):
+    # injected mode's unix socket, a Kubernetes pod's IP:port.
+    executor_address: str = ""
+    # The runtime class it was created with ("" = the backend's default).
+    runtime_class: str = ""
 
     @property
     def in_pool(self) -> bool:
@@ -110,13 +115,18 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sandboxes ADD COLUMN claimed_at REAL NOT NULL DEFAULT 0;
     CREATE INDEX sandboxes_pool ON sandboxes (template, state, tenant, created_at);
     """,
+    # 2 -> 3: per-sandbox executors (injected runtime, Kubernetes pods)
+    """
+    ALTER TABLE sandboxes ADD COLUMN executor_address TEXT NOT NULL DEFAULT '';
+    ALTER TABLE sandboxes ADD COLUMN runtime_class TEXT NOT NULL DEFAULT '';
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
     "id, tenant, request_id, image, cpu_millis, memory_bytes, pids, network_mode, ttl_seconds,"
     " labels, env, state, state_reason, fault, error_reason, created_at, expires_at,"
-    " template, claimed_at"
+    " template, claimed_at, executor_address, runtime_class"
 )
 
 
@@ -175,6 +185,8 @@ class SandboxStore:
             expires,
             template,
             claimed_at,
+            executor_address,
+            runtime_class,
         ) = row
         return SandboxRecord(
             id=str(sid),
@@ -196,17 +208,19 @@ class SandboxStore:
             expires_at=float(expires),  # type: ignore[arg-type]
             template=str(template),
             claimed_at=float(claimed_at),  # type: ignore[arg-type]
+            executor_address=str(executor_address),
+            runtime_class=str(runtime_class),
         )
 
     def insert(self, rec: SandboxRecord) -> None:
         try:
             self._db.execute(
-                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     rec.id, rec.tenant, rec.request_id, rec.image, rec.cpu_millis, rec.memory_bytes,
                     rec.pids, rec.network_mode, rec.ttl_seconds, json.dumps(rec.labels), json.dumps(rec.env),
                     int(rec.state), rec.state_reason, rec.fault, rec.error_reason, rec.created_at, rec.expires_at,
-                    rec.template, rec.claimed_at,
+                    rec.template, rec.claimed_at, rec.executor_address, rec.runtime_class,
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError as exc:
@@ -223,6 +237,12 @@ class SandboxStore:
         self._db.execute(
             "UPDATE sandboxes SET state = ?, state_reason = ?, fault = ?, error_reason = ? WHERE id = ?",
             (int(state), reason, fault, error_reason, sandbox_id),
+        )
+
+    def set_executor_address(self, sandbox_id: str, address: str) -> None:
+        """Record where the sandbox's own executor serves ("" = the node executor)."""
+        self._db.execute(
+            "UPDATE sandboxes SET executor_address = ? WHERE id = ?", (address, sandbox_id)
         )
 
     def release_request(self, sandbox_id: str) -> None:

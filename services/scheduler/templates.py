@@ -11,7 +11,9 @@ ttl, the owner, files) is left out, so one pool serves every claim::
     memory_bytes = 1073741824
     pids = 512
     network = "none"      # policy class: none | allowlist | internet
-    runtime_class = ""    # "" or "runc" locally
+    # with network = "allowlist": cidrs = ["203.0.113.0/24"], ports = [443],
+    # domains = ["pypi.org", "*.pythonhosted.org"] (at least one cidr or domain)
+    runtime_class = ""    # locally "", "runc" or "injected"; on Kubernetes a RuntimeClass
     env = { LANG = "C.UTF-8" }
     min = 2               # always keep this many ready
     max = 50              # never hold more than this (ready + being made)
@@ -34,18 +36,29 @@ from typing import Any
 from orchard._proto.orchard.v1 import common_pb2, pools_pb2
 from orchard.common.errors import ServiceError
 
+from .backends.base import BackendError
+from .backends.netpolicy.policy import (
+    MODE_ALLOWLIST,
+    MODE_INTERNET,
+    MODE_NONE,
+    NetworkPolicySpec,
+    PolicyError,
+    build_policy,
+)
+from .network_policies import mode_number, policy_to_proto
 from .settings import CreateLimits
 from .validation import validate_env
 
 TEMPLATE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}(:[A-Za-z0-9._-]{1,128})?$")
-# Runtime classes the local backend can run. (gVisor's runsc would be added
-# here once a backend supports it; asking for it now is a config error.)
-LOCAL_RUNTIME_CLASSES = ("", "runc")
-NETWORK_CLASSES = {"none": common_pb2.NetworkPolicy.NONE}
+# A runtime class names a local mode ("runc", "injected") or a Kubernetes
+# RuntimeClass object (a DNS label such as "gvisor"); whether the backend in
+# use offers it is checked when the scheduler starts (``check_runtime_classes``).
+RUNTIME_CLASS_RE = re.compile(r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$")
+NETWORK_CLASSES = (MODE_NONE, MODE_ALLOWLIST, MODE_INTERNET)
 _KNOWN_KEYS = {
-    "image", "cpu_millis", "memory_bytes", "pids", "network", "runtime_class", "env",
-    "min", "max", "idle_ttl_seconds",
+    "image", "cpu_millis", "memory_bytes", "pids", "network", "cidrs", "ports", "domains",
+    "runtime_class", "env", "min", "max", "idle_ttl_seconds",
 }  # fmt: skip
 HARD_MAX_POOL = 10_000
 
@@ -61,12 +74,18 @@ class Template:
     cpu_millis: int = 1000
     memory_bytes: int = 1 << 30
     pids: int = 512
-    network_mode: int = common_pb2.NetworkPolicy.NONE
+    network: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
+    """The whole policy every member starts with (mode and, for allowlist, its lists)."""
     runtime_class: str = ""
     env: dict[str, str] = field(default_factory=dict)
     min: int = 0
     max: int = 16
     idle_ttl_seconds: int = 3600
+
+    @property
+    def network_mode(self) -> int:
+        """The policy's mode as the proto enum number (what the store keeps)."""
+        return mode_number(self.network)
 
     def to_proto(self) -> pools_pb2.Template:
         return pools_pb2.Template(
@@ -75,7 +94,7 @@ class Template:
             resources=common_pb2.Resources(
                 cpu_millis=self.cpu_millis, memory_bytes=self.memory_bytes, pids=self.pids
             ),
-            network=common_pb2.NetworkPolicy(mode=self.network_mode),  # type: ignore[arg-type]
+            network=policy_to_proto(self.network),
             runtime_class=self.runtime_class,
         )
 
@@ -102,16 +121,12 @@ def parse_template(name: str, raw: Any, limits: CreateLimits) -> Template:
     image = raw.get("image", "")
     if not isinstance(image, str) or (image and not IMAGE_RE.match(image)):
         raise TemplateConfigError(f"template {name!r}: image {image!r} is not a valid image name")
-    network = raw.get("network", "none")
-    if network not in NETWORK_CLASSES:
-        raise TemplateConfigError(
-            f"template {name!r}: network {network!r} is not served yet (only 'none')"
-        )
+    network = _network(name, raw)
     runtime_class = raw.get("runtime_class", "")
-    if runtime_class not in LOCAL_RUNTIME_CLASSES:
+    if not isinstance(runtime_class, str) or not RUNTIME_CLASS_RE.match(runtime_class):
         raise TemplateConfigError(
-            f"template {name!r}: runtime_class {runtime_class!r} is not available "
-            f"(known: {', '.join(repr(c) for c in LOCAL_RUNTIME_CLASSES)})"
+            f"template {name!r}: runtime_class {str(runtime_class)[:80]!r} is not a runtime "
+            "class name (e.g. runc, injected, gvisor)"
         )
     env = raw.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
@@ -144,7 +159,7 @@ def parse_template(name: str, raw: Any, limits: CreateLimits) -> Template:
         pids=_int(
             name, "pids", raw.get("pids", limits.default_pids), limits.min_pids, limits.max_pids
         ),
-        network_mode=NETWORK_CLASSES[network],
+        network=network,
         runtime_class=runtime_class,
         env=env,
         min=pool_min,
@@ -157,6 +172,31 @@ def parse_template(name: str, raw: Any, limits: CreateLimits) -> Template:
             limits.max_ttl_seconds,
         ),
     )
+
+
+def _network(name: str, raw: dict[str, Any]) -> NetworkPolicySpec:
+    mode = raw.get("network", MODE_NONE)
+    if mode not in NETWORK_CLASSES:
+        raise TemplateConfigError(
+            f"template {name!r}: network {str(mode)[:40]!r} is not one of "
+            f"{', '.join(NETWORK_CLASSES)}"
+        )
+    lists: dict[str, list[Any]] = {}
+    for key in ("cidrs", "ports", "domains"):
+        value = raw.get(key, [])
+        if not isinstance(value, list):
+            raise TemplateConfigError(f"template {name!r}: {key} must be a list")
+        lists[key] = value
+    if not all(isinstance(c, str) for c in lists["cidrs"] + lists["domains"]) or not all(
+        isinstance(p, int) and not isinstance(p, bool) for p in lists["ports"]
+    ):
+        raise TemplateConfigError(
+            f"template {name!r}: cidrs and domains are lists of strings, ports of integers"
+        )
+    try:
+        return build_policy(str(mode), lists["cidrs"], lists["ports"], lists["domains"])
+    except PolicyError as exc:
+        raise TemplateConfigError(f"template {name!r}: {exc}") from None
 
 
 def parse_templates(data: Any, limits: CreateLimits) -> dict[str, Template]:
@@ -191,3 +231,20 @@ def load_templates(home: Path, limits: CreateLimits) -> dict[str, Template]:
         return parse_templates(data, limits)
     except TemplateConfigError as exc:
         raise TemplateConfigError(f"{where}: {exc}") from None
+
+
+def check_runtime_classes(templates: dict[str, Template], backend: object) -> None:
+    """Every template's runtime class is one the backend runs (checked once, at start).
+
+    A backend with a ``check_runtime_class`` method (local: "", runc, injected with
+    a bundle) decides; others (Kubernetes: any RuntimeClass the cluster has) take
+    the name as it is.
+    """
+    check = getattr(backend, "check_runtime_class", None)
+    if check is None:
+        return
+    for template in templates.values():
+        try:
+            check(template.runtime_class)
+        except BackendError as exc:
+            raise TemplateConfigError(f"template {template.name!r}: {exc.message}") from None

@@ -1,7 +1,7 @@
 """A FAKE Kubernetes API server for offline tests (no cluster can run on these machines).
 
 It speaks enough of the real HTTP API for the real ``kubernetes`` client:
-pods and NetworkPolicies (create, get, list, replace, JSON merge patch,
+pods, NetworkPolicies and ConfigMaps (create, get, list, replace, JSON merge patch,
 delete), label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists,
 ``!key``), list resourceVersions, watch streams (ADDED/MODIFIED/DELETED,
 including objects leaving or entering a selector), optimistic concurrency
@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, urlparse
 Obj = dict[str, Any]
 
 _PATH_RE = re.compile(
-    r"^/(?:api/v1|apis/networking\.k8s\.io/v1)/namespaces/(?P<ns>[^/]+)/(?P<kind>pods|networkpolicies)(?:/(?P<name>[^/]+))?$"
+    r"^/(?:api/v1|apis/networking\.k8s\.io/v1)/namespaces/(?P<ns>[^/]+)/(?P<kind>pods|networkpolicies|configmaps)(?:/(?P<name>[^/]+))?$"
 )
 
 
@@ -411,7 +411,11 @@ class FakeApiServer:
                         if k == kind and n == ns and selector_matches(reqs, o)
                     ]
                     rv = str(server._rv)
-                list_kind = "PodList" if kind == "pods" else "NetworkPolicyList"
+                list_kind = {
+                    "pods": "PodList",
+                    "networkpolicies": "NetworkPolicyList",
+                    "configmaps": "ConfigMapList",
+                }[kind]
                 self._send(
                     200,
                     {

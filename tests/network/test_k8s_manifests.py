@@ -4,6 +4,7 @@ backend's own manifests are (``tests/kubernetes/schemas.py``). No cluster."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 import pytest
@@ -13,6 +14,8 @@ from orchard.scheduler.backends.netpolicy.k8s import (
     compile_sandbox,
     pod_labels,
     proxy_policies_configmap,
+    proxy_table_patch,
+    read_proxy_table,
     sandbox_egress_policy,
 )
 from orchard.scheduler.backends.netpolicy.policy import NetworkPolicySpec, build_policy
@@ -59,9 +62,34 @@ def test_proxy_table_configmap(version: str) -> None:
     allow = build_policy("allowlist", [], [], ["pypi.org"])
     manifest = proxy_policies_configmap(
         "orchard-system",
-        {"sb-b": allow, "sb-a": NetworkPolicySpec("internet"), "sb-c": NetworkPolicySpec()},
+        {
+            "sb-b": ("10.244.1.7", allow),
+            "sb-a": ("10.244.1.8", NetworkPolicySpec("internet")),
+            "sb-c": ("10.244.1.9", NetworkPolicySpec()),
+        },
     )
     assert schema_errors(manifest, version) == []
     assert sorted(manifest["data"]) == ["sb-a.json", "sb-b.json"]  # "none" needs no entry
-    assert NetworkPolicySpec.from_json(manifest["data"]["sb-b.json"]) == allow
-    assert json.loads(manifest["data"]["sb-a.json"])["mode"] == "internet"
+    entry = json.loads(manifest["data"]["sb-b.json"])
+    assert entry["address"] == "10.244.1.7"
+    assert entry["policy"]["domains"] == ["pypi.org"]
+    # What the proxy reads back: pod IP -> policy.
+    table = read_proxy_table(manifest["data"])
+    assert table == {
+        ipaddress.IPv4Address("10.244.1.7"): allow,
+        ipaddress.IPv4Address("10.244.1.8"): NetworkPolicySpec("internet"),
+    }
+
+
+def test_proxy_table_patches_set_and_drop_one_entry() -> None:
+    allow = build_policy("allowlist", [], [], ["pypi.org"])
+    set_patch = proxy_table_patch("sb-x", "10.244.0.5", allow)
+    assert json.loads(set_patch["data"]["sb-x.json"])["address"] == "10.244.0.5"
+    assert proxy_table_patch("sb-x") == {"data": {"sb-x.json": None}}
+    assert proxy_table_patch("sb-x", "10.244.0.5", NetworkPolicySpec()) == {
+        "data": {"sb-x.json": None}
+    }
+    with pytest.raises(ValueError):
+        proxy_table_patch("sb-x", "not-an-ip; rm -rf /", allow)
+    # Hostile or broken table files are skipped, not fatal to the proxy.
+    assert read_proxy_table({"a.json": "{", "b.json": '{"address": "x"}', "c.txt": "{}"}) == {}

@@ -6,8 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from orchard.scheduler.backends.base import BackendError
+from orchard.scheduler.backends.netpolicy.policy import NetworkPolicySpec
 from orchard.scheduler.settings import CreateLimits
-from orchard.scheduler.templates import TemplateConfigError, load_templates
+from orchard.scheduler.templates import TemplateConfigError, check_runtime_classes, load_templates
+
+from orchard._proto.orchard.v1 import common_pb2
 
 LIMITS = CreateLimits()
 
@@ -41,8 +45,13 @@ def test_json_form_and_no_file(tmp_path: Path) -> None:
         ("[templates.Bad]\n", "template name 'Bad'"),
         ("[templates.t]\nmin = 5\nmax = 2\n", "max \\(2\\) is below min \\(5\\)"),
         ("[templates.t]\nflavour = 1\n", "unknown settings flavour"),
-        ('[templates.t]\nruntime_class = "kata"\n', "runtime_class 'kata' is not available"),
-        ('[templates.t]\nnetwork = "internet"\n', "network 'internet' is not served yet"),
+        ('[templates.t]\nruntime_class = "Kata!"\n', "runtime_class 'Kata!' is not a runtime"),
+        ('[templates.t]\nnetwork = "wifi"\n', "network 'wifi' is not one of"),
+        ('[templates.t]\nnetwork = "allowlist"\n', "ALLOWLIST needs at least one cidr"),
+        ('[templates.t]\nnetwork = "internet"\ncidrs = ["1.2.3.0/24"]\n', "only allowed with"),
+        ('[templates.t]\nnetwork = "allowlist"\ncidrs = ["127.0.0.0/8"]\n', "overlaps"),
+        ('[templates.t]\nnetwork = "allowlist"\nports = ["443"]\n', "ports of integers"),
+        ('[templates.t]\ndomains = "a.com"\n', "domains must be a list"),
         ("[templates.t]\ncpu_millis = 1\n", "cpu_millis must be between"),
         ('[templates.t]\nmin = "2"\n', "min must be an integer"),
         ('[templates.t]\nenv = { "1X" = "a" }\n', "not a valid variable name"),
@@ -55,3 +64,37 @@ def test_bad_files_name_the_template_and_field(tmp_path: Path, body: str, messag
     (tmp_path / "templates.toml").write_text(body)
     with pytest.raises(TemplateConfigError, match=message):
         load_templates(tmp_path, LIMITS)
+
+
+def test_network_classes_and_runtime_classes_parse(tmp_path: Path) -> None:
+    (tmp_path / "templates.toml").write_text(
+        '[templates.web]\nnetwork = "allowlist"\ncidrs = ["203.0.113.0/24"]\nports = [443]\n'
+        'domains = ["PyPI.org", "*.pythonhosted.org"]\nruntime_class = "injected"\n\n'
+        '[templates.open]\nnetwork = "internet"\nruntime_class = "gvisor"\n'
+    )
+    templates = load_templates(tmp_path, LIMITS)
+    web, open_ = templates["web"], templates["open"]
+    assert web.network == NetworkPolicySpec(
+        "allowlist", ("203.0.113.0/24",), (443,), ("*.pythonhosted.org", "pypi.org")
+    )
+    assert web.network_mode == common_pb2.NetworkPolicy.ALLOWLIST
+    assert web.to_proto().network.domains == ["*.pythonhosted.org", "pypi.org"]
+    assert (web.runtime_class, open_.runtime_class) == ("injected", "gvisor")
+    assert open_.network == NetworkPolicySpec("internet")
+
+
+class _LocalLike:
+    """Stands in for a backend's check_runtime_class (the local backend's own rule is
+    tested in tests/injected against the real backend)."""
+
+    def check_runtime_class(self, runtime_class: str) -> None:
+        if runtime_class not in ("", "runc"):
+            raise BackendError.invalid(f"runtime class {runtime_class!r} is not available")
+
+
+def test_runtime_classes_are_checked_against_the_backend(tmp_path: Path) -> None:
+    (tmp_path / "templates.toml").write_text('[templates.g]\nruntime_class = "gvisor"\n')
+    templates = load_templates(tmp_path, LIMITS)
+    with pytest.raises(TemplateConfigError, match="template 'g': runtime class 'gvisor'"):
+        check_runtime_classes(templates, _LocalLike())
+    check_runtime_classes(templates, object())  # no check: the cluster decides

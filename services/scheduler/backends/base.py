@@ -22,6 +22,10 @@ from .netpolicy.policy import NetworkPolicySpec
 # nothing but an UP loopback interface.
 NETWORK_NONE = "none"
 
+# BackendError.reason of a claim the backend refused because another scheduler
+# replica claimed the same warm-pool member first (it is theirs, not broken).
+CLAIMED_ELSEWHERE = "CLAIMED_ELSEWHERE"
+
 
 @dataclass(frozen=True)
 class SandboxSpec:
@@ -43,6 +47,10 @@ class SandboxSpec:
     """The whole network policy (``netpolicy.policy``), already validated."""
     env: dict[str, str] = field(default_factory=dict)
     """Create-time environment, merged over the image's environment."""
+    runtime_class: str = ""
+    """How the sandbox runs: "" = the backend's default; locally "runc" (served by the
+    node executor) or "injected" (its own executor from the bundle); on Kubernetes a
+    RuntimeClass name (gVisor, Kata)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,10 @@ class BackendSandbox:
     running: bool
     init_pid: int
     """Host pid of the sandbox's init, 0 when it is not running."""
+    executor_address: str = ""
+    """Where clients reach this sandbox's own executor (injected mode: a unix socket;
+    Kubernetes: pod IP:port); "" = the node executor
+    (``SchedulerSettings.executor_address``) serves it."""
 
 
 @dataclass(frozen=True)
@@ -148,11 +160,13 @@ def load_backend(name: str, settings: object = None) -> Backend:
             raise BackendError.invalid("local backend settings need a home folder")
         images_dir = getattr(settings, "images_dir", None)
         init_binary = getattr(settings, "init_binary", None)
+        bundle = getattr(settings, "executor_bundle", None)
         return LocalBackend(
             LocalSettings(
                 home=Path(home),
                 images_dir=Path(images_dir) if images_dir is not None else None,
                 init_binary=Path(init_binary) if init_binary is not None else None,
+                executor_bundle=Path(bundle) if bundle is not None else None,
             )
         )
     if name == "kubernetes":

@@ -282,3 +282,46 @@ class KubeApi:
         except NotFound:
             return False
         return True
+
+    # ---- the egress proxy's table (a ConfigMap in the control namespace) -----------
+
+    async def patch_config_map(
+        self, name: str, namespace: str, patch: dict[str, Any], create_if_missing: bool = True
+    ) -> dict[str, Any] | None:
+        """Merge-patch one ConfigMap (creating it when missing); None if missing and not made.
+
+        A merge patch of single ``data`` keys needs no resourceVersion: the API
+        server applies it atomically, so concurrent sandboxes never lose each
+        other's entries.
+        """
+        try:
+            result: dict[str, Any] = await self._run(
+                self.core.patch_namespaced_config_map,
+                name,
+                namespace,
+                patch,
+                _content_type=MERGE_PATCH,
+            )
+            return result
+        except NotFound:
+            if not create_if_missing:
+                return None
+        data = {k: v for k, v in (patch.get("data") or {}).items() if v is not None}
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": "orchard"},
+            },
+            "data": data,
+        }
+        try:
+            created: dict[str, Any] = await self._run(
+                self.core.create_namespaced_config_map, namespace, body
+            )
+            return created
+        except Conflict:
+            # Made by someone else in between: patch that one.
+            return await self.patch_config_map(name, namespace, patch, create_if_missing=False)

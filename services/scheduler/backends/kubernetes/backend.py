@@ -16,19 +16,34 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
-from ..base import BackendError, BackendSandbox, ImageInfo, SandboxSpec, check_sandbox_id
+from ..base import (
+    CLAIMED_ELSEWHERE,
+    BackendError,
+    BackendSandbox,
+    ImageInfo,
+    SandboxSpec,
+    check_sandbox_id,
+)
+
+# A module import (not names): netpolicy.k8s imports this package's manifests.
+from ..netpolicy import k8s as netk8s
+from ..netpolicy.policy import MODE_ALLOWLIST, MODE_NONE, NetworkPolicySpec
 from . import manifests as m
-from .api import Conflict, KubeApi, build_api_client
-from .claims import ClaimStats, claim_from_pool
+from .api import Conflict, KubeApi, NotFound, build_api_client
+from .claims import ClaimStats, claim_from_pool, claim_patch
 from .pod_cache import PodCache
 from .pod_status import PodState, pod_state
 from .settings import KubernetesSettings, PodTemplate
 
 log = structlog.get_logger("orchard.scheduler.kubernetes")
+
+# Conflicts a claim re-reads and retries on (a 409 is usually just a status update).
+CLAIM_RETRIES = 4
 
 
 class KubernetesBackend:
@@ -86,6 +101,38 @@ class KubernetesBackend:
         """A claimed sandbox pod from the default template; returns once it is Ready."""
         return await self.create_pod(spec, tenant="", ttl_seconds=None)
 
+    async def create_owned(
+        self, spec: SandboxSpec, *, tenant: str, ttl_seconds: int, template: str
+    ) -> BackendSandbox:
+        """A sandbox pod owned by ``tenant`` from the start (a plain create or a cold claim)."""
+        return await self.create_pod(
+            spec, tenant=tenant, ttl_seconds=ttl_seconds, template=template
+        )
+
+    def pod_template(self, name: str, spec: SandboxSpec) -> PodTemplate:
+        """The pod template for ``spec``: the configured one of that name, else the default's
+        settings under that name (the scheduler's templates.toml names the pools); network
+        class and RuntimeClass follow the spec."""
+        tpl = self.settings.templates.get(name) if name else None
+        if tpl is None:
+            tpl = self.settings.default_template
+            if name:
+                tpl = replace(tpl, name=name)
+        runtime = spec.runtime_class
+        # "runc"/"injected" are local modes; every pod runs its own executor anyway.
+        if runtime and runtime not in ("runc", "injected"):
+            tpl = replace(tpl, runtime_class_name=runtime)
+        return replace(tpl, network_class=spec.network.mode)
+
+    def _with_proxy_env(self, spec: SandboxSpec) -> SandboxSpec:
+        """Class ``allowlist`` reaches names only through the egress proxy: point commands at it."""
+        if spec.network.mode != MODE_ALLOWLIST:
+            return spec
+        url = self.settings.egress_proxy_url
+        proxy = {key: url for key in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
+        proxy.update({"no_proxy": "localhost,127.0.0.1", "NO_PROXY": "localhost,127.0.0.1"})
+        return replace(spec, env={**proxy, **spec.env})
+
     async def create_pod(
         self,
         spec: SandboxSpec,
@@ -96,11 +143,19 @@ class KubernetesBackend:
         claimed: bool = True,
     ) -> BackendSandbox:
         check_sandbox_id(spec.sandbox_id)
+        if spec.network_mode != spec.network.mode:
+            raise BackendError.invalid(
+                f"network mode {spec.network_mode!r} does not match the policy's "
+                f"{spec.network.mode!r}",
+                reason="UNSUPPORTED",
+            )
         api, cache = await self._ready()
-        try:
-            tpl: PodTemplate = self.settings.template(template)
-        except KeyError:
-            raise BackendError.invalid(f"unknown template {template!r}") from None
+        tpl = self.pod_template(template, spec)
+        # Compiled before anything exists: a refused allowlist creates nothing.
+        egress = netk8s.compile_sandbox(
+            spec.sandbox_id, self.settings.namespace, spec.network, self.settings.cluster_cidrs
+        )
+        spec = self._with_proxy_env(spec)
         now = self._clock()
         if claimed:
             ttl = ttl_seconds or self.settings.unclaimed_lifetime_seconds
@@ -118,6 +173,9 @@ class KubernetesBackend:
         )
         if claimed and ttl_seconds:
             manifest["metadata"]["annotations"][m.A_EXPIRES_AT] = f"{now + ttl_seconds:.3f}"
+        # The per-sandbox allow rules go first: the class policies deny until they exist.
+        for policy in egress:
+            await api.apply_network_policy(policy)
         try:
             cache.observe(await api.create_pod(manifest))
         except Conflict as exc:
@@ -129,7 +187,14 @@ class KubernetesBackend:
                 raise BackendError.failure(f"pod {spec.sandbox_id} exists: {exc.message}") from None
             assert existing is not None
             cache.observe(existing)
-        return await self._wait_ready(spec.sandbox_id)
+        ready = await self._wait_ready(spec.sandbox_id)
+        if spec.network.networked:
+            try:
+                await self._publish_proxy_entry(spec.sandbox_id, spec.network)
+            except BaseException:
+                await self._discard(spec.sandbox_id)
+                raise
+        return ready
 
     async def create_pool_member(self, spec: SandboxSpec, template: str) -> BackendSandbox:
         """A free (unclaimed) warm-pool pod of ``template``."""
@@ -195,11 +260,106 @@ class KubernetesBackend:
 
     # ---- delete, list, inspect ------------------------------------------------------
 
+    async def claim_member(
+        self, sandbox_id: str, *, tenant: str, ttl_seconds: int, labels: dict[str, str]
+    ) -> None:
+        """Make the free pool pod ``sandbox_id`` ``tenant``'s, conditional on its resourceVersion.
+
+        A 409 means the pod changed since it was read (often only its status):
+        re-read and retry while it is still free. A pod another replica claimed
+        raises ``CLAIMED_ELSEWHERE``; a pod gone or no longer Ready raises a
+        backend failure (the scheduler discards the member and tries the next).
+        """
+        check_sandbox_id(sandbox_id)
+        api, cache = await self._ready()
+        pod = cache.get(sandbox_id)
+        for _ in range(CLAIM_RETRIES):
+            if pod is None:
+                raise BackendError.failure(f"pool pod {sandbox_id} is gone")
+            pod_labels = (pod.get("metadata") or {}).get("labels") or {}
+            if pod_labels.get(m.CLAIM) == m.CLAIMED:
+                raise BackendError(
+                    CLAIMED_ELSEWHERE, f"pool pod {sandbox_id} was claimed by another scheduler"
+                )
+            state = pod_state(pod)
+            if state.failed or state.deleting or not state.ready:
+                raise BackendError.failure(
+                    f"pool pod {sandbox_id} is not usable ({state.reason or state.phase})"
+                )
+            patch = claim_patch(
+                pod,
+                tenant=tenant,
+                ttl_seconds=ttl_seconds,
+                grace_seconds=self.settings.ttl_backstop_grace_seconds,
+                now=self._clock(),
+                labels=labels,
+            )
+            try:
+                claimed = await api.patch_pod(sandbox_id, patch)
+            except Conflict:
+                self.claim_stats.conflicts += 1
+                pod = await api.get_pod(sandbox_id)
+                continue
+            except NotFound:
+                cache.forget(sandbox_id)
+                raise BackendError.failure(f"pool pod {sandbox_id} is gone") from None
+            cache.observe(claimed)
+            self.claim_stats.claims += 1
+            return
+        raise BackendError.failure(f"pool pod {sandbox_id} kept changing; claim not confirmed")
+
     async def delete(self, sandbox_id: str) -> None:
         check_sandbox_id(sandbox_id)
         api, cache = await self._ready()
+        pod = cache.get(sandbox_id)
+        network = (((pod or {}).get("metadata") or {}).get("labels") or {}).get(m.NETWORK)
         await api.delete_pod(sandbox_id)
         cache.forget(sandbox_id)
+        if network != MODE_NONE:  # networked, or unknown (pod already gone): clean up
+            await api.delete_network_policy(netk8s.sandbox_egress_policy_name(sandbox_id))
+            await self._publish_proxy_entry(sandbox_id, None)
+
+    async def update_network(self, sandbox_id: str, policy: NetworkPolicySpec) -> None:
+        """Give a running sandbox pod a new policy: its class label, its own allow rules
+        and its proxy table entry.
+
+        Caveat: a pod created in another class has no ``HTTP(S)_PROXY`` in its
+        environment (a running pod's env cannot change); commands moved to
+        ``allowlist`` must name the proxy themselves to reach domains.
+        """
+        check_sandbox_id(sandbox_id)
+        api, cache = await self._ready()
+        pod = cache.get(sandbox_id)
+        state = pod_state(pod) if pod is not None else None
+        if state is None or not state.ready:
+            raise BackendError("SANDBOX_NOT_READY", f"sandbox {sandbox_id} is not running")
+        egress = netk8s.compile_sandbox(
+            sandbox_id, self.settings.namespace, policy, self.settings.cluster_cidrs
+        )
+        for manifest in egress:
+            await api.apply_network_policy(manifest)
+        cache.observe(
+            await api.patch_pod(sandbox_id, {"metadata": {"labels": {m.NETWORK: policy.mode}}})
+        )
+        if not egress:
+            await api.delete_network_policy(netk8s.sandbox_egress_policy_name(sandbox_id))
+        await self._publish_proxy_entry(sandbox_id, policy if policy.networked else None)
+
+    async def _publish_proxy_entry(self, sandbox_id: str, policy: NetworkPolicySpec | None) -> None:
+        """Set (policy) or drop (None) the sandbox's line in the egress proxy's table."""
+        api, cache = await self._ready()
+        address = ""
+        if policy is not None:
+            pod = cache.get(sandbox_id)
+            address = pod_state(pod).pod_ip if pod is not None else ""
+            if not address:
+                raise BackendError.failure(f"pod {sandbox_id} has no IP for the proxy table")
+        await api.patch_config_map(
+            netk8s.PROXY_CONFIGMAP,
+            self.settings.control_namespace,
+            netk8s.proxy_table_patch(sandbox_id, address, policy),
+            create_if_missing=policy is not None,
+        )
 
     async def list(self) -> builtins.list[BackendSandbox]:
         _api, cache = await self._ready()
@@ -230,11 +390,7 @@ class KubernetesBackend:
         pod = self.cache.get(sandbox_id)
         if pod is None:
             return None
-        state = pod_state(pod)
-        if not state.pod_ip:
-            return None
-        host = f"[{state.pod_ip}]" if ":" in state.pod_ip else state.pod_ip
-        return f"{host}:{self.settings.executor_port}"
+        return self._address(pod_state(pod)) or None
 
     async def images(self) -> builtins.list[ImageInfo]:
         """The images the templates name (the registry holds them; sizes are unknown here)."""
@@ -255,6 +411,16 @@ class KubernetesBackend:
             names.append(policy["metadata"]["name"])
         return names
 
-    @staticmethod
-    def _sandbox(state: PodState) -> BackendSandbox:
-        return BackendSandbox(sandbox_id=state.sandbox_id, running=state.ready, init_pid=0)
+    def _sandbox(self, state: PodState) -> BackendSandbox:
+        return BackendSandbox(
+            sandbox_id=state.sandbox_id,
+            running=state.ready,
+            init_pid=0,
+            executor_address=self._address(state),
+        )
+
+    def _address(self, state: PodState) -> str:
+        if not state.pod_ip:
+            return ""
+        host = f"[{state.pod_ip}]" if ":" in state.pod_ip else state.pod_ip
+        return f"{host}:{self.settings.executor_port}"

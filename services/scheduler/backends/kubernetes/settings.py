@@ -84,6 +84,13 @@ class KubernetesSettings:
     max_retry_after_seconds: float = 10.0
     delete_grace_seconds: int = 0
     """Pods hold no state worth a graceful stop: delete at once."""
+    egress_proxy_service: str = "orchard-egress-proxy"
+    """Service of the egress proxy in ``control_namespace`` (class ``allowlist`` pods get
+    ``HTTP(S)_PROXY`` pointing at it)."""
+    egress_proxy_port: int = 3128
+    cluster_cidrs: tuple[str, ...] = ()
+    """The pod and service CIDRs: cut out of every allowlist block, and blocks inside
+    them are refused (``netpolicy.k8s``)."""
 
     @classmethod
     def from_env(cls) -> KubernetesSettings:
@@ -99,12 +106,22 @@ class KubernetesSettings:
             bundle_image=env.get("ORCHARD_K8S_BUNDLE_IMAGE", cls.bundle_image),
             executor_port=int(env.get("ORCHARD_K8S_EXECUTOR_PORT", cls.executor_port)),
             token_secret_name=env.get("ORCHARD_K8S_TOKEN_SECRET", cls.token_secret_name),
+            egress_proxy_service=env.get("ORCHARD_K8S_EGRESS_PROXY", cls.egress_proxy_service),
+            egress_proxy_port=int(env.get("ORCHARD_K8S_EGRESS_PROXY_PORT", cls.egress_proxy_port)),
+            cluster_cidrs=tuple(
+                c.strip() for c in env.get("ORCHARD_K8S_CLUSTER_CIDRS", "").split(",") if c.strip()
+            ),
         )
 
     def template(self, name: str) -> PodTemplate:
         if not name or name == self.default_template.name:
             return self.templates.get(name or self.default_template.name, self.default_template)
         return self.templates[name]
+
+    @property
+    def egress_proxy_url(self) -> str:
+        host = f"{self.egress_proxy_service}.{self.control_namespace}.svc"
+        return f"http://{host}:{self.egress_proxy_port}"
 
     @property
     def run_dir(self) -> str:

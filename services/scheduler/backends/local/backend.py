@@ -41,7 +41,7 @@ from ..base import (
     valid_sandbox_id,
 )
 from ..netpolicy.policy import NetworkPolicySpec
-from . import cgroups, init_socket, oci_config, overlay
+from . import cgroups, init_socket, injected, oci_config, overlay
 from .images import (
     ImageStore,
     StoredImage,
@@ -51,7 +51,7 @@ from .images import (
 from .injected import InjectedRuntime, check_bundle
 from .network import SandboxNetworking
 from .runc import Runc, kill_and_wait
-from .settings import LocalSettings
+from .settings import LOCAL_RUNTIME_CLASSES, RUNTIME_INJECTED, RUNTIME_RUNC, LocalSettings
 
 T = TypeVar("T")
 
@@ -99,6 +99,7 @@ class LocalBackend:
             )
         if spec.cpu_millis <= 0 or spec.memory_bytes <= 0 or spec.pids <= 0:
             raise BackendError.invalid("cpu, memory and pids limits must be positive")
+        self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable runtime class
         async with self._id_lock(spec.sandbox_id), self._slots:
             image = await self._in_thread(lambda: self._image(spec.image))
             init_binary = await self._in_thread(self._resolve_init_binary)
@@ -161,11 +162,11 @@ class LocalBackend:
         """
         check_sandbox_id(sandbox_id)
         async with self._id_lock(sandbox_id):
-            await self._in_thread(lambda: _merge_env(self.layout.sandbox(sandbox_id), env))
-            if self.settings.executor_bundle is not None:
-                inject = InjectedRuntime(
-                    self.settings.executor_bundle, self.layout.sandbox(sandbox_id)
-                )
+            sandbox = self.layout.sandbox(sandbox_id)
+            await self._in_thread(lambda: _merge_env(sandbox, env))
+            if injected.run_dir(sandbox).is_dir():
+                # Injected: the executor inside reads its own copy (run/sandbox.json).
+                inject = InjectedRuntime(self.settings.executor_bundle or Path(), sandbox)
                 await self._in_thread(lambda: inject.update_env(env))
 
     async def images(self) -> builtins.list[ImageInfo]:
@@ -271,7 +272,7 @@ class LocalBackend:
         for folder in (sandbox.rootfs, sandbox.upper, sandbox.work):
             folder.mkdir()
         overlay.mount_overlay(sandbox.rootfs, image.layer_paths, sandbox.upper, sandbox.work)
-        bundle = self.settings.executor_bundle
+        bundle = self._bundle_for(spec.runtime_class)
         inject = None if bundle is None else InjectedRuntime(check_bundle(bundle), sandbox)
         config = oci_config.build_config(
             sandbox_id=spec.sandbox_id,
@@ -306,7 +307,39 @@ class LocalBackend:
                 init_pid, sandbox.dir / LOG_FILE, self.settings.executor_start_timeout
             )
         replace(meta, init_pid=init_pid).write(sandbox.meta_file)
-        return BackendSandbox(spec.sandbox_id, running=True, init_pid=init_pid)
+        address = "" if inject is None else injected.executor_address(sandbox)
+        return BackendSandbox(
+            spec.sandbox_id, running=True, init_pid=init_pid, executor_address=address
+        )
+
+    def check_runtime_class(self, runtime_class: str) -> None:
+        """Refuse (BackendError, client fault) a runtime class this backend cannot run."""
+        self._bundle_for(runtime_class)
+
+    def _bundle_for(self, runtime_class: str) -> Path | None:
+        """The executor bundle when this sandbox runs injected, None when the node executor serves it.
+
+        "" follows the backend's setting (a bundle configured = injected), "runc"
+        is always the node executor, "injected" needs a bundle.
+        """
+        bundle = self.settings.executor_bundle
+        if runtime_class == RUNTIME_INJECTED:
+            if bundle is None:
+                raise BackendError.invalid(
+                    "runtime class 'injected' needs an executor bundle (scheduler "
+                    "--executor-bundle or ORCHARD_EXECUTOR_BUNDLE)",
+                    reason="UNSUPPORTED",
+                )
+            return bundle
+        if runtime_class == RUNTIME_RUNC:
+            return None
+        if runtime_class:
+            raise BackendError.invalid(
+                f"runtime class {runtime_class[:64]!r} is not available on the local backend "
+                f"(known: {', '.join(LOCAL_RUNTIME_CLASSES)})",
+                reason="UNSUPPORTED",
+            )
+        return bundle
 
     def _delete_sync(self, sandbox_id: str) -> None:
         sandbox = self.layout.sandbox(sandbox_id)
@@ -346,11 +379,16 @@ class LocalBackend:
 
     def _inspect_sync(self, sandbox_id: str) -> BackendSandbox | None:
         state = self.runc.state(sandbox_id)
+        sandbox = self.layout.sandbox(sandbox_id)
         if state is None:
-            if not self.layout.sandbox(sandbox_id).dir.exists():
+            if not sandbox.dir.exists():
                 return None
             return BackendSandbox(sandbox_id, running=False, init_pid=0)
-        return BackendSandbox(sandbox_id, running=state.running, init_pid=state.init_pid)
+        run = injected.run_dir(sandbox)
+        address = injected.executor_address(sandbox) if run.is_dir() else ""
+        return BackendSandbox(
+            sandbox_id, running=state.running, init_pid=state.init_pid, executor_address=address
+        )
 
     def _list_sync(self) -> builtins.list[BackendSandbox]:
         found: builtins.list[BackendSandbox] = []

@@ -11,6 +11,11 @@ from orchard.common.layout import NodeLayout, orchard_home
 from ..netpolicy.settings import NetworkSettings
 
 DEFAULT_IMAGE = "debian:bookworm"
+RUNTIME_RUNC = "runc"
+"""Runtime class: a runc container served by the node executor."""
+RUNTIME_INJECTED = "injected"
+"""Runtime class: a runc container running its own executor from the bundle."""
+LOCAL_RUNTIME_CLASSES = ("", RUNTIME_RUNC, RUNTIME_INJECTED)
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,7 @@ class LocalSettings:
     """Bridge, subnet and upstream DNS for sandboxes whose policy is not ``none``
     (``ORCHARD_NET_*`` variables, see ``netpolicy.settings``)."""
     executor_bundle: Path | None = None
-    """Injected mode when set: the executor bundle (``python -m orchard.executor.bundle
+    """The executor bundle; when set, sandboxes of runtime class "" run injected: the executor bundle (``python -m orchard.executor.bundle
     build`` prints it); each sandbox then runs its own executor from it, mounted
     read-only, reached at ``unix:<sandbox folder>/run/executor.sock``. None: the
     node executor serves every sandbox."""

@@ -11,8 +11,10 @@ the ``orchard.dev/network`` label. What is per sandbox is compiled here:
   CIDRs) are cut out of every allowed block (``except``), and a block inside
   them is refused, so no allowlist reaches other pods;
 - ``allowlist`` domains go through the same egress proxy as on one machine
-  (it resolves names itself); its table entry for the sandbox is the policy's
-  JSON, published in the ConfigMap this module builds.
+  (it resolves names itself, see ``proxy_server``); its table entry for the
+  sandbox (``<sandbox id>.json``: the pod IP the proxy knows it by, and the
+  policy) lives in the ConfigMap this module builds, which the Kubernetes
+  backend patches key by key as pods come, change policy and go.
 
 IPv4 only, like the local network.
 """
@@ -20,6 +22,7 @@ IPv4 only, like the local network.
 from __future__ import annotations
 
 import ipaddress
+import json
 from typing import Any
 
 from ..base import BackendError
@@ -67,7 +70,7 @@ def sandbox_egress_policy(
             {"protocol": proto, "port": port} for port in policy.ports for proto in ("TCP", "UDP")
         ]
     return network_policy(
-        f"orchard-sandbox-{sandbox_id}-egress",
+        sandbox_egress_policy_name(sandbox_id),
         namespace,
         {SANDBOX_ID: sandbox_id},
         egress=[rule],
@@ -75,8 +78,48 @@ def sandbox_egress_policy(
     )
 
 
-def proxy_policies_configmap(namespace: str, policies: dict[str, NetworkPolicySpec]) -> Manifest:
-    """The egress proxy's table: one ``<sandbox id>.json`` per allowlist/internet sandbox."""
+def proxy_table_key(sandbox_id: str) -> str:
+    return f"{sandbox_id}.json"
+
+
+def proxy_table_entry(address: str, policy: NetworkPolicySpec) -> str:
+    """One sandbox's line in the proxy table: the pod IP requests come from, and its policy."""
+    ipaddress.IPv4Address(address)  # refuse anything but an IPv4 pod IP
+    return json.dumps({"address": address, "policy": json.loads(policy.to_json())}, sort_keys=True)
+
+
+def read_proxy_table(files: dict[str, str]) -> dict[ipaddress.IPv4Address, NetworkPolicySpec]:
+    """The proxy's view of the table (file name -> text); malformed entries are skipped."""
+    table: dict[ipaddress.IPv4Address, NetworkPolicySpec] = {}
+    for name, text in files.items():
+        if not name.endswith(".json"):
+            continue
+        try:
+            data = json.loads(text)
+            address = ipaddress.IPv4Address(str(data["address"]))
+            policy = NetworkPolicySpec.from_json(json.dumps(data["policy"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if policy.networked:
+            table[address] = policy
+    return table
+
+
+def proxy_table_patch(
+    sandbox_id: str, address: str = "", policy: NetworkPolicySpec | None = None
+) -> Manifest:
+    """A merge patch of the table ConfigMap: set the sandbox's entry, or drop it (no policy)."""
+    key = proxy_table_key(sandbox_id)
+    if policy is None or not policy.networked or not address:
+        return {"data": {key: None}}
+    return {"data": {key: proxy_table_entry(address, policy)}}
+
+
+def proxy_policies_configmap(
+    namespace: str, entries: dict[str, tuple[str, NetworkPolicySpec]] | None = None
+) -> Manifest:
+    """The egress proxy's table: ``<sandbox id>.json`` per allowlist/internet sandbox
+    (``entries``: sandbox id -> (pod IP, policy)); the chart creates it empty."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -86,11 +129,15 @@ def proxy_policies_configmap(namespace: str, policies: dict[str, NetworkPolicySp
             "labels": {"app.kubernetes.io/managed-by": "orchard"},
         },
         "data": {
-            f"{sandbox_id}.json": policy.to_json()
-            for sandbox_id, policy in sorted(policies.items())
+            proxy_table_key(sandbox_id): proxy_table_entry(address, policy)
+            for sandbox_id, (address, policy) in sorted((entries or {}).items())
             if policy.networked
         },
     }
+
+
+def sandbox_egress_policy_name(sandbox_id: str) -> str:
+    return f"orchard-sandbox-{sandbox_id}-egress"
 
 
 def compile_sandbox(
