@@ -98,3 +98,23 @@ def test_runtime_classes_are_checked_against_the_backend(tmp_path: Path) -> None
     with pytest.raises(TemplateConfigError, match="template 'g': runtime class 'gvisor'"):
         check_runtime_classes(templates, _LocalLike())
     check_runtime_classes(templates, object())  # no check: the cluster decides
+
+
+def test_the_local_backend_runs_runc_and_injected_only_with_a_bundle(tmp_path: Path) -> None:
+    from orchard.scheduler.backends.local.backend import LocalBackend
+    from orchard.scheduler.backends.local.settings import LocalSettings
+
+    plain = LocalBackend(LocalSettings(home=tmp_path / "a"))
+    for ok in ("", "runc"):
+        plain.check_runtime_class(ok)
+    for refused, why in (("injected", "needs an executor bundle"), ("gvisor", "not available")):
+        with pytest.raises(BackendError, match=why) as err:
+            plain.check_runtime_class(refused)
+        assert err.value.client_fault
+    bundled = LocalBackend(LocalSettings(home=tmp_path / "b", executor_bundle=tmp_path / "bundle"))
+    bundled.check_runtime_class("injected")
+    (tmp_path / "templates.toml").write_text('[templates.t]\nruntime_class = "injected"\n')
+    templates = load_templates(tmp_path, LIMITS)
+    with pytest.raises(TemplateConfigError, match="template 't': runtime class 'injected' needs"):
+        check_runtime_classes(templates, plain)
+    check_runtime_classes(templates, bundled)
