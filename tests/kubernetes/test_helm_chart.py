@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 import yaml
 from helm_python.chart import Chart, lint
-from orchard.scheduler.backends.kubernetes import KubernetesSettings
+from orchard.scheduler.backends.base import SandboxSpec
+from orchard.scheduler.backends.kubernetes import KubernetesSettings, PodTemplate
 from orchard.scheduler.backends.kubernetes import manifests as m
+from orchard.scheduler.backends.netpolicy.k8s import PROXY_CONFIGMAP, sandbox_egress_policy
+from orchard.scheduler.backends.netpolicy.policy import build_policy
 
 from .schemas import KUBERNETES_VERSIONS, schema_errors
 
@@ -86,18 +89,27 @@ def test_rbac_is_least_privilege(rendered: tuple[dict[str, Any], list[dict[str, 
     values, docs = rendered
     sandbox_ns = values.get("sandboxes", {}).get("namespace", "orchard-sandboxes")
     assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    roles = [d for d in docs if d["kind"] == "Role"]
-    assert len(roles) == 1 and roles[0]["metadata"]["namespace"] == sandbox_ns
+    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
+    assert sorted(roles) == sorted({sandbox_ns, RELEASE_NS})
     granted = {
-        (g, r) for rule in roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+        (g, r)
+        for rule in roles[sandbox_ns]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
     }
     assert granted == {("", "pods"), ("networking.k8s.io", "networkpolicies")}
-    for rule in roles[0]["rules"]:
-        assert "*" not in rule["verbs"] and "escalate" not in rule["verbs"]
-    binding = next(d for d in docs if d["kind"] == "RoleBinding")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "orchard-scheduler", "namespace": RELEASE_NS}
-    ]
+    # In its own namespace: only the egress table ConfigMap (create cannot name it).
+    table_rules = roles[RELEASE_NS]["rules"]
+    assert all(rule["resources"] == ["configmaps"] for rule in table_rules)
+    for rule in table_rules:
+        assert rule.get("resourceNames") == [PROXY_CONFIGMAP] or rule["verbs"] == ["create"]
+    for role in roles.values():
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "escalate" not in rule["verbs"]
+    for binding in (d for d in docs if d["kind"] == "RoleBinding"):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "orchard-scheduler", "namespace": RELEASE_NS}
+        ]
     gateway = next(
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "orchard-gateway"
     )
@@ -152,3 +164,73 @@ def test_non_root_pool_without_uid_is_refused_at_render() -> None:
     bad = {"pools": [dict(OVERRIDES["pools"][0], runAsUser=None)]}
     with pytest.raises(Exception, match="runAsUser is needed"):
         render(bad)
+
+
+def _deployment(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+def test_the_chart_and_the_network_compiler_agree(
+    rendered: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    """The class policies the chart installs, the per-sandbox policy the compiler
+    makes, the pods the backend makes and the egress proxy the chart deploys fit."""
+    values, docs = rendered
+    sbx = values.get("sandboxes", {})
+    ns = sbx.get("namespace", "orchard-sandboxes")
+    proxy_port = sbx.get("egressProxyPort", 3128)
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "NetworkPolicy"}
+    settings = KubernetesSettings(namespace=ns, control_namespace=RELEASE_NS)
+    allow = build_policy("allowlist", ["198.51.100.0/24"], [443], ["pypi.org"])
+    spec = SandboxSpec(sandbox_id="sb-abc123", network_mode="allowlist", network=allow)
+    pod = m.sandbox_pod(spec, settings, PodTemplate(network_class="allowlist"), deadline_seconds=60)
+    labels = pod["metadata"]["labels"]
+    # The pod is under default deny and in exactly its class's egress policy.
+    assert _selects(policies["orchard-sandbox-default-deny"]["spec"]["podSelector"], labels)
+    egress_classes = [
+        name for name, p in policies.items() if "Egress" in p["spec"]["policyTypes"] and
+        name != "orchard-sandbox-default-deny" and _selects(p["spec"]["podSelector"], labels)
+    ]  # fmt: skip
+    assert egress_classes == ["orchard-sandbox-allowlist-egress"]
+    # The compiler's per-sandbox policy selects that pod (and only by its id).
+    own = sandbox_egress_policy("sb-abc123", ns, allow)
+    assert own is not None and own["metadata"]["namespace"] == ns
+    assert _selects(own["spec"]["podSelector"], labels)
+    assert own["spec"]["podSelector"]["matchLabels"] == {m.SANDBOX_ID: "sb-abc123"}
+    # The allowlist class reaches the proxy pods the chart deploys, on the Service's port.
+    proxy = _deployment(docs, "orchard-egress-proxy")
+    proxy_labels = proxy["spec"]["template"]["metadata"]["labels"]
+    (rule,) = policies["orchard-sandbox-allowlist-egress"]["spec"]["egress"]
+    (peer,) = rule["to"]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": RELEASE_NS}
+    assert _selects(peer["podSelector"], proxy_labels)
+    assert rule["ports"] == [{"protocol": "TCP", "port": proxy_port}]
+    service = next(
+        d
+        for d in docs
+        if d["kind"] == "Service" and d["metadata"]["name"] == "orchard-egress-proxy"
+    )
+    assert service["spec"]["ports"][0]["port"] == proxy_port
+    assert _selects({"matchLabels": service["spec"]["selector"]}, proxy_labels)
+    # The proxy runs the same code as the local runtime, on the table the scheduler writes.
+    container = proxy["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:3] == [
+        "python", "-m", "orchard.scheduler.backends.netpolicy.proxy_server"
+    ]  # fmt: skip
+    assert f"--port={proxy_port}" in container["args"]
+    (volume,) = proxy["spec"]["template"]["spec"]["volumes"]
+    assert volume["configMap"]["name"] == PROXY_CONFIGMAP
+    # The scheduler points pods at that Service and knows the cluster ranges.
+    env = {
+        e["name"]: e["value"]
+        for e in _deployment(docs, "orchard-scheduler")["spec"]["template"]["spec"]["containers"][
+            0
+        ]["env"]
+    }
+    assert env["ORCHARD_K8S_EGRESS_PROXY"] == service["metadata"]["name"]
+    assert env["ORCHARD_K8S_EGRESS_PROXY_PORT"] == str(proxy_port)
+    assert "ORCHARD_K8S_CLUSTER_CIDRS" in env

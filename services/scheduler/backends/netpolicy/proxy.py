@@ -52,23 +52,26 @@ class _Client:
 class EgressProxy:
     """One per backend process; ``set_policy``/``forget`` as sandboxes come and go."""
 
-    def __init__(self, bind: str, resolver: dns.Resolver) -> None:
+    def __init__(
+        self, bind: str, resolver: dns.Resolver, proxy_port: int = 0, dns_port: int = 0
+    ) -> None:
         self.bind = bind
         self.resolver = resolver
         self._clients: dict[ipaddress.IPv4Address, _Client] = {}
         self._server: asyncio.Server | None = None
         self._dns: asyncio.DatagramTransport | None = None
-        self.proxy_port = 0
-        self.dns_port = 0
+        # 0 = a free port (the local runtime); fixed ports behind a Kubernetes Service.
+        self.proxy_port = proxy_port
+        self.dns_port = dns_port
 
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve_http, self.bind, 0)
+        self._server = await asyncio.start_server(self._serve_http, self.bind, self.proxy_port)
         self.proxy_port = self._server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(
-            lambda: _DnsForwarder(self), local_addr=(self.bind, 0)
+            lambda: _DnsForwarder(self), local_addr=(self.bind, self.dns_port)
         )
         self._dns = transport
         self.dns_port = transport.get_extra_info("sockname")[1]
