@@ -5,11 +5,17 @@ only then is the sandbox looked up, so a caller without a token cannot even
 learn which sandboxes exist. The verified claims (owner tenant, its exec
 quota) are left in ``exec_quota.CALL_CLAIMS`` for the rest of the call, and
 the tenant is bound to the call's log lines.
+
+A verified token is remembered (per token string and sandbox id, until it
+expires), so the HMAC is computed once per token rather than once per call;
+only tokens that passed verification are remembered, and the expiry is still
+checked on every call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchard.common.errors import ServiceError, unauthenticated
@@ -20,6 +26,8 @@ from .exec_quota import CALL_CLAIMS
 from .sandboxes import check_sandbox_id
 
 MAX_TOKEN_CHARS = 1024
+# Verified tokens remembered; past this the memory is dropped and refilled.
+MAX_REMEMBERED_TOKENS = 4096
 
 
 def bearer_token(metadata: Iterable[Any] | None) -> str | None:
@@ -37,8 +45,10 @@ def bearer_token(metadata: Iterable[Any] | None) -> str | None:
 class CallAuthorizer:
     """Checks a call's sandbox id and token."""
 
-    def __init__(self, signer: TokenSigner) -> None:
+    def __init__(self, signer: TokenSigner, clock: Callable[[], float] = time.time) -> None:
         self._signer = signer
+        self._clock = clock
+        self._verified: dict[tuple[str, str], TokenClaims] = {}
 
     def check(self, sandbox_id: str, metadata: Iterable[Any] | None) -> TokenClaims:
         check_sandbox_id(sandbox_id)
@@ -47,12 +57,25 @@ class CallAuthorizer:
             raise _token_invalid("missing 'authorization: Bearer <token>' metadata")
         if len(token) > MAX_TOKEN_CHARS:
             raise _token_invalid("token is too long")
-        try:
-            claims = self._signer.verify(token, sandbox_id)
-        except TokenError as exc:
-            raise _token_invalid(str(exc)) from None
+        claims = self._verified_claims(token, sandbox_id)
         CALL_CLAIMS.set(claims)
         bind_call(tenant=claims.tenant)
+        return claims
+
+    def _verified_claims(self, token: str, sandbox_id: str) -> TokenClaims:
+        key = (token, sandbox_id)
+        claims = self._verified.get(key)
+        if claims is not None:
+            if claims.expiry >= self._clock():
+                return claims
+            del self._verified[key]
+        try:
+            claims = self._signer.verify(token, sandbox_id, now=self._clock())
+        except TokenError as exc:
+            raise _token_invalid(str(exc)) from None
+        if len(self._verified) >= MAX_REMEMBERED_TOKENS:
+            self._verified.clear()
+        self._verified[key] = claims
         return claims
 
 

@@ -30,6 +30,7 @@ from orchard.common.layout import NodeLayout, SandboxMeta, is_valid_sandbox_id
 
 META_FILE = "sandbox.json"
 INIT_SOCKET = "init.sock"
+MAX_REMEMBERED_PATHS = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class _MetaCache:
     def __init__(self) -> None:
         self._entries: dict[str, tuple[tuple[int, int, int], Sandbox]] = {}
 
-    def load(self, sandbox_id: str, meta_path: Path, rootfs: Path, socket: Path) -> Sandbox:
+    def load(self, sandbox_id: str, meta_path: str, rootfs: Path, socket: Path) -> Sandbox:
         try:
             st = os.stat(meta_path)
         except OSError:
@@ -79,7 +80,8 @@ class _MetaCache:
         if cached is not None and cached[0] == signature:
             return cached[1]
         try:
-            meta = SandboxMeta.from_json(meta_path.read_text())
+            with open(meta_path, encoding="utf-8") as f:
+                meta = SandboxMeta.from_json(f.read())
         except (OSError, ValueError, KeyError, TypeError):
             raise _missing(sandbox_id) from None
         if meta.sandbox_id != sandbox_id or not os.path.exists(socket):
@@ -98,10 +100,19 @@ class SandboxDirectory:
     def __init__(self, layout: NodeLayout) -> None:
         self._layout = layout
         self._cache = _MetaCache()
+        # Per id: (sandbox.json as str, rootfs, init socket). Building the
+        # Path objects cost as much as the stat itself on every call.
+        self._paths: dict[str, tuple[str, Path, Path]] = {}
 
     def get(self, sandbox_id: str) -> Sandbox:
-        layout = self._layout.sandbox(sandbox_id)
-        return self._cache.load(sandbox_id, layout.meta_file, layout.rootfs, layout.init_socket)
+        paths = self._paths.get(sandbox_id)
+        if paths is None:
+            layout = self._layout.sandbox(sandbox_id)
+            paths = (str(layout.meta_file), layout.rootfs, layout.init_socket)
+            if len(self._paths) >= MAX_REMEMBERED_PATHS:
+                self._paths.clear()
+            self._paths[sandbox_id] = paths
+        return self._cache.load(sandbox_id, *paths)
 
     def forget(self, sandbox_id: str) -> None:
         self._cache.forget(sandbox_id)
@@ -115,7 +126,7 @@ class SingleSandbox:
     """
 
     def __init__(self, run_dir: Path, rootfs: Path = Path("/")) -> None:
-        self._meta_file = run_dir / META_FILE
+        self._meta_file = str(run_dir / META_FILE)
         self._socket = run_dir / INIT_SOCKET
         self._rootfs = rootfs
         self._cache = _MetaCache()
