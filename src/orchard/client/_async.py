@@ -20,7 +20,7 @@ from typing import Self, TypeVar
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
 
 from . import _requests, _tar, _values
-from ._channels import async_channel
+from ._channels import async_stub
 from ._config import ClientConfig
 from ._core import (
     ExecutorAccess,
@@ -50,7 +50,7 @@ R = TypeVar("R")
 
 
 def _control(config: ClientConfig) -> sandbox_pb2_grpc.SandboxServiceAsyncStub:
-    return sandbox_pb2_grpc.SandboxServiceStub(async_channel(config.endpoint))  # type: ignore[return-value]
+    return async_stub(config.endpoint, sandbox_pb2_grpc.SandboxServiceStub)  # type: ignore[return-value]
 
 
 class AsyncSandbox(SandboxCore):
@@ -211,7 +211,7 @@ class AsyncSandbox(SandboxCore):
                     self._get_request(), metadata=api_metadata(self.config)
                 )
             access = self._set_access(msg)
-        stub = executor_pb2_grpc.ExecutorServiceStub(async_channel(access.address))
+        stub = async_stub(access.address, executor_pb2_grpc.ExecutorServiceStub)
         return stub, access  # type: ignore[return-value]
 
     async def exec(

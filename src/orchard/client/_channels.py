@@ -1,8 +1,10 @@
-"""gRPC channels, reused per address (one HTTP/2 connection serves many calls).
+"""gRPC channels and stubs, reused per address (one HTTP/2 connection serves many calls).
 
 Sync channels are shared process-wide. grpc.aio channels belong to one event
 loop, so they are cached per loop (a weak map: a closed loop's channels go
-with it).
+with it). Stubs are cached beside their channel: building an
+ExecutorServiceStub creates a callable per method (~30 us), which was a
+measurable part of a ~1.5 ms exec when done on every call.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -23,9 +27,15 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
 
+StubT = TypeVar("StubT")
+
 _lock = threading.Lock()
 _sync: dict[str, grpc.Channel] = {}
 _async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, grpc.aio.Channel]] = (
+    weakref.WeakKeyDictionary()
+)
+_sync_stubs: dict[tuple[str, Any], Any] = {}
+_async_stubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, Any], Any]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -50,10 +60,35 @@ def async_channel(address: str) -> grpc.aio.Channel:
         return channel
 
 
+def sync_stub(address: str, make: Callable[[grpc.Channel], StubT]) -> StubT:
+    """``make(channel)`` for the shared sync channel to ``address``, built once."""
+    key = (address, make)
+    stub = _sync_stubs.get(key)
+    if stub is None:
+        stub = make(sync_channel(address))
+        with _lock:
+            stub = _sync_stubs.setdefault(key, stub)
+    return stub  # type: ignore[no-any-return]
+
+
+def async_stub(address: str, make: Callable[[grpc.aio.Channel], StubT]) -> StubT:
+    """``make(channel)`` for this loop's grpc.aio channel to ``address``, built once."""
+    loop = asyncio.get_running_loop()
+    key = (address, make)
+    per_loop = _async_stubs.get(loop)
+    stub = per_loop.get(key) if per_loop is not None else None
+    if stub is None:
+        stub = make(async_channel(address))
+        with _lock:
+            stub = _async_stubs.setdefault(loop, {}).setdefault(key, stub)
+    return stub  # type: ignore[no-any-return]
+
+
 def close_all() -> None:
     """Close the shared sync channels (tests, or a process about to fork)."""
     with _lock:
         channels = list(_sync.values())
         _sync.clear()
+        _sync_stubs.clear()
     for channel in channels:
         channel.close()

@@ -17,7 +17,7 @@ from typing import Self
 from orchard._proto.orchard.v1 import executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
 
 from . import _requests, _tar, _values
-from ._channels import sync_channel
+from ._channels import sync_stub
 from ._config import ClientConfig
 from ._core import (
     ExecutorAccess,
@@ -44,7 +44,7 @@ from ._quota_wait import QuotaWait
 
 
 def _control(config: ClientConfig) -> sandbox_pb2_grpc.SandboxServiceStub:
-    return sandbox_pb2_grpc.SandboxServiceStub(sync_channel(config.endpoint))
+    return sync_stub(config.endpoint, sandbox_pb2_grpc.SandboxServiceStub)
 
 
 class Sandbox(SandboxCore):
@@ -232,7 +232,7 @@ class Sandbox(SandboxCore):
                     self._get_request(), metadata=api_metadata(self.config)
                 )
             access = self._set_access(msg)
-        return executor_pb2_grpc.ExecutorServiceStub(sync_channel(access.address)), access
+        return sync_stub(access.address, executor_pb2_grpc.ExecutorServiceStub), access
 
     def exec(
         self,
