@@ -43,6 +43,14 @@ def new_request_id() -> str:
     return os.urandom(8).hex()  # 64 random bits; ~6x cheaper than uuid4 per call
 
 
+def _request_id_of(metadata: Any) -> str:
+    """The first ``x-request-id`` value (what ``_metadata_dict`` would keep), or ""."""
+    for key, value in metadata or ():
+        if key == REQUEST_ID_KEY and isinstance(value, str):
+            return value
+    return ""
+
+
 def _metadata_dict(metadata: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in metadata or ():
@@ -51,8 +59,59 @@ def _metadata_dict(metadata: Any) -> dict[str, str]:
     return out
 
 
+# Per (message class, service): the attribute path to the sandbox id, found once
+# from the class's descriptor. getattr of a field a message lacks raises inside
+# (several us per call); a known path is a plain attribute read.
+_SANDBOX_ID_PATHS: dict[tuple[type, str], tuple[str, ...] | None] = {}
+
+
+def _sandbox_id_path(cls: type, service: str) -> tuple[str, ...] | None:
+    """The string field holding the sandbox id, () for none, None if not a protobuf message."""
+    descriptor = getattr(cls, "DESCRIPTOR", None)
+    fields: Any = getattr(descriptor, "fields_by_name", None)
+    if fields is None or not hasattr(fields, "get"):
+        return None
+
+    def is_string(field: Any) -> bool:
+        return field is not None and field.type == field.TYPE_STRING and not _repeated(field)
+
+    if "sandbox_id" in fields:
+        return ("sandbox_id",) if is_string(fields["sandbox_id"]) else None
+    start = fields.get("start")
+    if start is not None:
+        if start.message_type is None or _repeated(start):
+            return None
+        inner = start.message_type.fields_by_name.get("sandbox_id")
+        return ("start", "sandbox_id") if is_string(inner) else None
+    if service != "executor" and "id" in fields:
+        return ("id",) if is_string(fields["id"]) else None
+    return ()
+
+
+def _repeated(field: Any) -> bool:
+    is_repeated = getattr(field, "is_repeated", None)
+    if isinstance(is_repeated, bool):
+        return is_repeated
+    return bool(field.label == field.LABEL_REPEATED)
+
+
 def sandbox_id_of(request: Any, service: str) -> str:
     """The sandbox a request names (``sandbox_id``, ``start.sandbox_id``, or ``id`` on SandboxService)."""
+    key = (type(request), service)
+    try:
+        path = _SANDBOX_ID_PATHS[key]
+    except KeyError:
+        path = _SANDBOX_ID_PATHS[key] = _sandbox_id_path(type(request), service)
+    if path is None:
+        return _sandbox_id_by_getattr(request, service)
+    value: Any = request
+    for name in path:
+        value = getattr(value, name)
+    return value[:80] if path else ""
+
+
+def _sandbox_id_by_getattr(request: Any, service: str) -> str:
+    """``sandbox_id_of`` for objects that are not protobuf messages."""
     value = getattr(request, "sandbox_id", None)
     if isinstance(value, str):
         return value[:80]
@@ -88,17 +147,23 @@ class _Call:
 
     __slots__ = ("first_exec", "method", "span_cm", "started")
 
-    def __init__(self, owner: ServerObservability, method: str, context: Any) -> None:
+    def __init__(
+        self, owner: ServerObservability, method: str, context: Any, sandbox_id: str = ""
+    ) -> None:
         self.method = method
         self.started = time.perf_counter()
-        metadata = _metadata_dict(context.invocation_metadata())
-        request_id = metadata.get(REQUEST_ID_KEY, "")
+        raw_metadata = context.invocation_metadata()
+        traced = tracing.tracing_enabled()
+        # The whole metadata as a dict only when a trace context is to be extracted.
+        metadata = _metadata_dict(raw_metadata) if traced else {}
+        request_id = metadata.get(REQUEST_ID_KEY, "") if traced else _request_id_of(raw_metadata)
         if not _REQUEST_ID_RE.match(request_id):
             request_id = new_request_id()
         structlog.contextvars.clear_contextvars()
-        bind_call(request_id=request_id, rpc=method)
+        # One bind for all ids (sandbox_id is skipped when empty).
+        bind_call(request_id=request_id, rpc=method, sandbox_id=sandbox_id)
         self.span_cm: Any = None
-        if tracing.tracing_enabled():
+        if traced:
             self.span_cm = tracing.tracer().start_as_current_span(
                 owner.full_names.get(method, method),
                 context=tracing.extract_context(metadata),
@@ -127,11 +192,10 @@ class ServerObservability(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         self._wrapped: dict[str, tuple[Any, Any]] = {}
         self._requests: dict[tuple[str, str], Any] = {}
 
-    def _note_sandbox(self, call: _Call, request: Any) -> None:
-        sandbox_id = sandbox_id_of(request, self.service)
+    def _note_sandbox(self, call: _Call, sandbox_id: str) -> None:
+        """Span attribute and first-exec mark for the sandbox the request names (already bound to logs)."""
         if not sandbox_id:
             return
-        bind_call(sandbox_id=sandbox_id)
         if call.span_cm is not None:
             trace.get_current_span().set_attribute("orchard.sandbox_id", sandbox_id)
         if (
@@ -210,8 +274,9 @@ def _wrap(owner: ServerObservability, handler: Any, method: str) -> Any:
         inner = handler.unary_unary
 
         async def unary_unary(request: Any, context: Any) -> Any:
-            call = _Call(owner, method, context)
-            owner._note_sandbox(call, request)
+            sandbox_id = sandbox_id_of(request, owner.service)
+            call = _Call(owner, method, context, sandbox_id)
+            owner._note_sandbox(call, sandbox_id)
             error: BaseException | None = None
             try:
                 return await inner(request, context)
@@ -228,8 +293,9 @@ def _wrap(owner: ServerObservability, handler: Any, method: str) -> Any:
         inner_us = handler.unary_stream
 
         async def unary_stream(request: Any, context: Any) -> AsyncIterator[Any]:
-            call = _Call(owner, method, context)
-            owner._note_sandbox(call, request)
+            sandbox_id = sandbox_id_of(request, owner.service)
+            call = _Call(owner, method, context, sandbox_id)
+            owner._note_sandbox(call, sandbox_id)
             error: BaseException | None = None
             try:
                 async for item in inner_us(request, context):
