@@ -9,10 +9,12 @@ runc containers) in a temporary home, then measures, through the public SDK:
 - ``create``: cold create of a sandbox (create returns READY), p50/p90, one at a time;
 
 and in the same run the peers from targets.md that can run here: the physical
-floor (``subprocess.run(["/bin/true"])``) and SWE-ReX (``swerex-remote``
-``execute`` and a bash session). Prints one JSON object.
+floor (``subprocess.run(["/bin/true"])``), SWE-ReX (``swerex-remote``
+``execute`` and a bash session) and ``docker exec ID true`` against a private
+dockerd (``loadtest/peer_docker.py``; reported as skipped, with the reason,
+when dockerd cannot start). Prints one JSON object.
 
-    .venv/bin/python loadtest/bench.py [--n 1000] [--creates 30] [--seconds 5]
+    .venv/bin/python loadtest/bench.py [--n 1000] [--creates 30] [--seconds 5] [--docker-n 100]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from loadtest.peer_docker import measure_docker
 from loadtest.peer_swerex import measure_swerex, percentiles
 from orchard import AsyncSandbox, Sandbox
 from tests.stack import running_stack
@@ -108,6 +111,9 @@ def main() -> None:
     parser.add_argument("--creates", type=int, default=30)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument(
+        "--docker-n", type=int, default=100, help="docker exec samples (0: skip docker)"
+    )
     args = parser.parse_args()
 
     result: dict[str, Any] = {
@@ -137,6 +143,12 @@ def main() -> None:
                     sw["session"]["p50_ms"] / orch["session"]["p50_ms"], 1
                 ),
             }
+        if args.docker_n > 0:
+            result["docker"] = measure_docker(args.docker_n)
+            if "exec" in result["docker"]:
+                result.setdefault("ratios", {})["exec_p50_docker_over_orchard"] = round(
+                    result["docker"]["exec"]["p50_ms"] / result["orchard"]["exec"]["p50_ms"], 1
+                )
     print(json.dumps(result, indent=2))
 
 
