@@ -50,8 +50,15 @@ from .images import (
 )
 from .injected import InjectedRuntime, check_bundle
 from .network import SandboxNetworking
-from .runc import Runc, kill_and_wait
-from .settings import LOCAL_RUNTIME_CLASSES, RUNTIME_INJECTED, RUNTIME_RUNC, LocalSettings
+from .runc import ContainerState, Runc, kill_and_wait
+from .runsc import Runsc
+from .settings import (
+    LOCAL_RUNTIME_CLASSES,
+    RUNTIME_INJECTED,
+    RUNTIME_RUNC,
+    RUNTIME_RUNSC,
+    LocalSettings,
+)
 
 T = TypeVar("T")
 
@@ -75,6 +82,7 @@ class LocalBackend:
         self.layout = NodeLayout(settings.home)
         self.store = ImageStore(settings.image_store_dir)
         self.runc = Runc(settings.runc, settings.runc_root)
+        self.runsc = Runsc(settings.runsc, settings.runsc_root)
         self._pool = ThreadPoolExecutor(
             max_workers=settings.max_parallel + 2, thread_name_prefix="orchard-local"
         )
@@ -100,6 +108,13 @@ class LocalBackend:
         if spec.cpu_millis <= 0 or spec.memory_bytes <= 0 or spec.pids <= 0:
             raise BackendError.invalid("cpu, memory and pids limits must be positive")
         self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable runtime class
+        if spec.runtime_class == RUNTIME_RUNSC and spec.network.networked:
+            raise BackendError.invalid(
+                f"runtime class 'runsc' supports network mode 'none' only, not "
+                f"{spec.network.mode!r} (gVisor's network stack reads the sandbox's interfaces "
+                "once at boot, before this backend can attach one)",
+                reason="UNSUPPORTED",
+            )
         async with self._id_lock(spec.sandbox_id), self._slots:
             image = await self._in_thread(lambda: self._image(spec.image))
             init_binary = await self._in_thread(self._resolve_init_binary)
@@ -132,6 +147,12 @@ class LocalBackend:
             current = await self._in_thread(lambda: self._inspect_sync(sandbox_id))
             if current is None or not current.running:
                 raise BackendError("SANDBOX_NOT_READY", f"sandbox {sandbox_id} is not running")
+            if policy.networked and self.runsc.owns(sandbox_id):
+                raise BackendError.invalid(
+                    f"sandbox {sandbox_id} runs under runsc, which supports network mode "
+                    f"'none' only, not {policy.mode!r}",
+                    reason="UNSUPPORTED",
+                )
             await self.network.apply(self._in_thread, sandbox_id, current.init_pid, policy)
 
     async def _network_or_undo(self, created: BackendSandbox, spec: SandboxSpec) -> None:
@@ -274,12 +295,14 @@ class LocalBackend:
         overlay.mount_overlay(sandbox.rootfs, image.layer_paths, sandbox.upper, sandbox.work)
         bundle = self._bundle_for(spec.runtime_class)
         inject = None if bundle is None else InjectedRuntime(check_bundle(bundle), sandbox)
+        gvisor = spec.runtime_class == RUNTIME_RUNSC
         config = oci_config.build_config(
             sandbox_id=spec.sandbox_id,
             rootfs=sandbox.rootfs,
             init_binary=init_binary,
             limits=oci_config.ContainerLimits(spec.cpu_millis, spec.memory_bytes, spec.pids),
             injected=inject,
+            gvisor=gvisor,
         )
         config["mounts"].append(self.network.resolv_conf_mount(sandbox.dir))
         oci_config.write_config(sandbox.dir, config)
@@ -293,15 +316,13 @@ class LocalBackend:
         )
         if inject is not None:
             inject.prepare(meta, load_or_create_key(self.layout.token_key))
-        socket_path = sandbox.init_socket if inject is None else inject.init_socket
-        with init_socket.listen_at(socket_path) as listener:
-            init_pid = self.runc.run_detached(
-                spec.sandbox_id,
-                sandbox.dir,
-                listener.fileno(),
-                sandbox.dir / PID_FILE,
-                sandbox.dir / LOG_FILE,
+        if gvisor:
+            # orchard-init binds its socket inside (runsc hands in no fd 3).
+            init_pid = self.runsc.run_detached(
+                spec.sandbox_id, sandbox.dir, sandbox.dir / PID_FILE, sandbox.dir / LOG_FILE
             )
+        else:
+            init_pid = self._run_runc(spec.sandbox_id, sandbox, inject)
         if inject is not None:
             inject.wait_ready(
                 init_pid, sandbox.dir / LOG_FILE, self.settings.executor_start_timeout
@@ -312,6 +333,20 @@ class LocalBackend:
             spec.sandbox_id, running=True, init_pid=init_pid, executor_address=address
         )
 
+    def _run_runc(
+        self, sandbox_id: str, sandbox: SandboxLayout, inject: InjectedRuntime | None
+    ) -> int:
+        """``runc run`` with the init socket, bound here on the host, as the container's fd 3."""
+        socket_path = sandbox.init_socket if inject is None else inject.init_socket
+        with init_socket.listen_at(socket_path) as listener:
+            return self.runc.run_detached(
+                sandbox_id,
+                sandbox.dir,
+                listener.fileno(),
+                sandbox.dir / PID_FILE,
+                sandbox.dir / LOG_FILE,
+            )
+
     def check_runtime_class(self, runtime_class: str) -> None:
         """Refuse (BackendError, client fault) a runtime class this backend cannot run."""
         self._bundle_for(runtime_class)
@@ -320,9 +355,19 @@ class LocalBackend:
         """The executor bundle when this sandbox runs injected, None when the node executor serves it.
 
         "" follows the backend's setting (a bundle configured = injected), "runc"
-        is always the node executor, "injected" needs a bundle.
+        is always the node executor, "injected" needs a bundle, and so does
+        "runsc" (gVisor; always injected, ``runsc.py`` says why) with runsc installed.
         """
         bundle = self.settings.executor_bundle
+        if runtime_class == RUNTIME_RUNSC:
+            self.runsc.check_available()
+            if bundle is None:
+                raise BackendError.invalid(
+                    "runtime class 'runsc' runs the executor inside the gVisor sandbox and needs "
+                    "an executor bundle (scheduler --executor-bundle or ORCHARD_EXECUTOR_BUNDLE)",
+                    reason="UNSUPPORTED",
+                )
+            return bundle
         if runtime_class == RUNTIME_INJECTED:
             if bundle is None:
                 raise BackendError.invalid(
@@ -343,6 +388,8 @@ class LocalBackend:
 
     def _delete_sync(self, sandbox_id: str) -> None:
         sandbox = self.layout.sandbox(sandbox_id)
+        if self.runsc.owns(sandbox_id):
+            self._delete_runsc(sandbox_id)
         if self.runc.state_dir(sandbox_id).exists():
             state = self.runc.state(sandbox_id)
             stopped = False
@@ -371,14 +418,33 @@ class LocalBackend:
                 f"delete {sandbox_id}: cgroups still busy: {', '.join(map(str, leftover))}"
             )
 
+    def _delete_runsc(self, sandbox_id: str) -> None:
+        """Kill the Sentry first (``runsc delete --force`` alone waits for it), then let
+        runsc remove its state, gofer and cgroups; if runsc cannot, kill what is in the
+        sandbox's cgroups and drop its files."""
+        state = self.runsc.state(sandbox_id)
+        if state is not None and state.running:
+            kill_and_wait(state.init_pid, state.init_start_time)
+        try:
+            self.runsc.delete(sandbox_id)
+        except BackendError:
+            _kill_cgroup_processes(sandbox_id)
+            self.runsc.forget(sandbox_id)
+
+    def _container_state(self, sandbox_id: str) -> ContainerState | None:
+        if self.runsc.owns(sandbox_id):
+            return self.runsc.state(sandbox_id)
+        return self.runc.state(sandbox_id)
+
     def _known_ids(self) -> set[str]:
         ids = set(self.runc.container_ids())
+        ids.update(self.runsc.container_ids())
         with contextlib.suppress(FileNotFoundError):
             ids.update(entry.name for entry in os.scandir(self.layout.sandboxes))
         return {sandbox_id for sandbox_id in ids if valid_sandbox_id(sandbox_id)}
 
     def _inspect_sync(self, sandbox_id: str) -> BackendSandbox | None:
-        state = self.runc.state(sandbox_id)
+        state = self._container_state(sandbox_id)
         sandbox = self.layout.sandbox(sandbox_id)
         if state is None:
             if not sandbox.dir.exists():

@@ -80,19 +80,21 @@ class InjectedRuntime:
     def init_socket(self) -> Path:
         return self.run_dir / INIT_SOCKET
 
-    def process_args(self, init_fd: int) -> list[str]:
-        return [
+    def process_args(self, init_fd: int | None) -> list[str]:
+        """The container's process; ``init_fd`` None: orchard-init binds run/init.sock inside."""
+        args = [
             f"{BUNDLE_IN_CONTAINER}/{ENTRY}",
             "--run-dir",
             RUN_IN_CONTAINER,
-            "--init-fd",
-            str(init_fd),
             "--listen",
             f"unix:{RUN_IN_CONTAINER}/{EXECUTOR_SOCKET}",
         ]
+        return args if init_fd is None else [*args, "--init-fd", str(init_fd)]
 
-    def mounts(self) -> list[dict[str, Any]]:
-        return [
+    def mounts(self, *, cgroupfs: bool = True) -> list[dict[str, Any]]:
+        """The bundle and run folder; ``cgroupfs``: also the host's cgroups, read-only
+        (gVisor refuses that mount: a runsc sandbox's executor goes without)."""
+        mounts = [
             {
                 "destination": BUNDLE_IN_CONTAINER,
                 "type": "bind",
@@ -105,14 +107,18 @@ class InjectedRuntime:
                 "source": str(self.run_dir),
                 "options": ["bind", "rw", "nosuid", "nodev", "noexec"],
             },
-            # The executor reads its memory cgroup's oom_kill counter here.
-            {
-                "destination": "/sys/fs/cgroup",
-                "type": "cgroup",
-                "source": "cgroup",
-                "options": ["nosuid", "noexec", "nodev", "relatime", "ro"],
-            },
         ]
+        if cgroupfs:
+            # The executor reads its memory cgroup's oom_kill counter here.
+            mounts.append(
+                {
+                    "destination": "/sys/fs/cgroup",
+                    "type": "cgroup",
+                    "source": "cgroup",
+                    "options": ["nosuid", "noexec", "nodev", "relatime", "ro"],
+                }
+            )
+        return mounts
 
     def prepare(self, meta: SandboxMeta, token_key: bytes) -> None:
         """Make run/ with what the executor inside reads at start."""

@@ -109,12 +109,15 @@ def build_config(
     limits: ContainerLimits,
     netns_path: str | None = None,
     injected: InjectedRuntime | None = None,
+    gvisor: bool = False,
 ) -> dict[str, Any]:
     """The OCI runtime spec (1.0.2) for one sandbox.
 
     ``injected``: the sandbox runs its own executor from the bundle
     (``injected.py``): its entry is the process and the bundle and run folder
-    are mounted instead of the host's orchard-init.
+    are mounted instead of the host's orchard-init. ``gvisor``: for runsc
+    (``runsc.py``), which takes no fd 3 and no cgroup mount: orchard-init binds
+    its socket inside and the host's cgroups are not mounted.
     """
     network_ns: dict[str, str] = {"type": "network"}
     if netns_path:
@@ -127,7 +130,7 @@ def build_config(
             "terminal": False,
             "user": {"uid": 0, "gid": 0},
             "args": (
-                injected.process_args(INIT_LISTEN_FD)
+                injected.process_args(None if gvisor else INIT_LISTEN_FD)
                 if injected is not None
                 else [INIT_PATH_IN_CONTAINER, "--listen-fd", str(INIT_LISTEN_FD)]
             ),
@@ -168,7 +171,7 @@ def build_config(
             _mount("/dev/mqueue", "mqueue", "mqueue", ["nosuid", "noexec", "nodev"]),
             _mount("/sys", "sysfs", "sysfs", ["nosuid", "noexec", "nodev", "ro"]),
             *(
-                injected.mounts()
+                injected.mounts(cgroupfs=not gvisor)
                 if injected is not None
                 else [
                     _mount(

@@ -15,7 +15,9 @@ RUNTIME_RUNC = "runc"
 """Runtime class: a runc container served by the node executor."""
 RUNTIME_INJECTED = "injected"
 """Runtime class: a runc container running its own executor from the bundle."""
-LOCAL_RUNTIME_CLASSES = ("", RUNTIME_RUNC, RUNTIME_INJECTED)
+RUNTIME_RUNSC = "runsc"
+"""Runtime class: a gVisor (runsc) sandbox running its own executor from the bundle."""
+LOCAL_RUNTIME_CLASSES = ("", RUNTIME_RUNC, RUNTIME_INJECTED, RUNTIME_RUNSC)
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,8 @@ class LocalSettings:
     """Image store; None means ``<home>/images``."""
     runc: str = "runc"
     """The runc binary (a name on PATH or a path)."""
+    runsc: str = "runsc"
+    """gVisor's runsc binary, for sandboxes of runtime class "runsc" (``runsc.py``)."""
     default_image: str = DEFAULT_IMAGE
     """The image used when a create request names none."""
     init_binary: Path | None = None
@@ -67,6 +71,11 @@ class LocalSettings:
     def runc_root(self) -> Path:
         """runc's state dir, apart from any other runc user on the machine."""
         return self.layout.run / "runc"
+
+    @property
+    def runsc_root(self) -> Path:
+        """runsc's state dir (its own format, apart from runc's)."""
+        return self.layout.run / "runsc"
 
     @property
     def max_parallel(self) -> int:
