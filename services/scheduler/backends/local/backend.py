@@ -419,12 +419,11 @@ class LocalBackend:
             )
 
     def _delete_runsc(self, sandbox_id: str) -> None:
-        """Kill the Sentry first (``runsc delete --force`` alone waits for it), then let
-        runsc remove its state, gofer and cgroups; if runsc cannot, kill what is in the
-        sandbox's cgroups and drop its files."""
-        state = self.runsc.state(sandbox_id)
-        if state is not None and state.running:
-            kill_and_wait(state.init_pid, state.init_start_time)
+        """Kill the Sentry and the gofer (a gofer can outlive ``runsc delete --force``),
+        then let runsc remove its state and cgroups; if runsc cannot, kill what is in
+        the sandbox's cgroups and drop its files."""
+        for pid, start in self.runsc.host_processes(sandbox_id):
+            kill_and_wait(pid, start)
         try:
             self.runsc.delete(sandbox_id)
         except BackendError:

@@ -40,6 +40,7 @@ GLOBAL_FLAGS = ("--network=none", "--host-uds=all")
 STATE_SUFFIX = ".state"
 LOCK_SUFFIX = ".lock"
 SANDBOX_PROCESS = b"runsc-sandbox"
+GOFER_PROCESS = b"runsc-gofer"
 
 
 class Runsc:
@@ -135,6 +136,28 @@ class Runsc:
                 ids.add(container)
         return sorted(ids)
 
+    def host_processes(self, sandbox_id: str) -> list[tuple[int, str]]:
+        """(pid, start time) of the sandbox's Sentry and gofer that are still running.
+
+        Both are checked by command line (runsc records no start times), so a
+        recycled pid is never reported.
+        """
+        try:
+            with open(self._state_file(sandbox_id), "rb") as src:
+                data: Any = json.load(src)
+            pids = [
+                (int(data["sandbox"]["pid"]), SANDBOX_PROCESS),
+                (int(data["goferPid"]), GOFER_PROCESS),
+            ]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        found = []
+        for pid, name in pids:
+            start = process_start_time(pid) if pid > 0 and _is_runsc(pid, name, self.root) else None
+            if start is not None:
+                found.append((pid, start))
+        return found
+
     def state(self, sandbox_id: str) -> ContainerState | None:
         """The sandbox's state from runsc's state file; None when runsc has no such container.
 
@@ -150,16 +173,21 @@ class Runsc:
             pid = int(data["sandbox"]["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             return ContainerState(sandbox_id, 0, False)
-        start = process_start_time(pid) if pid > 0 and _is_sentry(pid, sandbox_id) else None
+        start = (
+            process_start_time(pid)
+            if pid > 0 and _is_runsc(pid, SANDBOX_PROCESS, self.root)
+            else None
+        )
         if start is None:
             return ContainerState(sandbox_id, 0, False)
         return ContainerState(sandbox_id, pid, True, start)
 
 
-def _is_sentry(pid: int, sandbox_id: str) -> bool:
+def _is_runsc(pid: int, name: bytes, root: Path) -> bool:
+    """``pid`` is a runsc process called ``name`` working for the runsc root ``root``."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as src:
             args = src.read().split(b"\0")
     except OSError:
         return False
-    return bool(args) and args[0] == SANDBOX_PROCESS and os.fsencode(sandbox_id) in args
+    return bool(args) and args[0] == name and os.fsencode(f"--root={root}") in args
