@@ -904,6 +904,27 @@ static void fork_spare(int listen_fd, int init_sfd, struct spare *spare) {
 }
 
 /* Accept every pending connection and fork a shim for each (no spare). */
+
+/* Read and drop one request (length prefix and body, bounded by
+ * MAX_REQUEST_BYTES), waiting at most 200 ms: used when no shim could be
+ * forked to serve it. */
+static void discard_request(int conn) {
+    uint64_t deadline = monotonic_ns() + 200000000u;
+    unsigned char prefix[4];
+    if (read_exact(conn, prefix, sizeof prefix, deadline) < 0)
+        return;
+    uint32_t left = get_u32(prefix);
+    if (left > MAX_REQUEST_BYTES)
+        return;
+    char sink[4096];
+    while (left > 0) {
+        size_t n = left < sizeof sink ? left : sizeof sink;
+        if (read_exact(conn, sink, n, deadline) < 0)
+            return;
+        left -= (uint32_t)n;
+    }
+}
+
 static void accept_and_fork(int listen_fd, int sfd) {
     for (;;) {
         int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
@@ -923,13 +944,12 @@ static void accept_and_fork(int listen_fd, int sfd) {
             run_shim(conn);
         }
         if (pid < 0) {
-            /* Usually the pids limit. Say so: drain the request that has
-             * arrived (closing over unread data would reset the
-             * connection) and answer with the errno. */
+            /* Usually the pids limit. Say so, but only after taking the whole
+             * request: answering and closing before the client has written it
+             * makes its write fail (EPIPE) and the client would blame the
+             * platform instead of the sandbox's own limit. */
             int err = errno;
-            char sink[4096];
-            while (recv(conn, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-            }
+            discard_request(conn);
             send_error(conn, err, STAGE_OTHER);
         }
         close(conn);
