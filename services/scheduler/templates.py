@@ -13,7 +13,7 @@ ttl, the owner, files) is left out, so one pool serves every claim::
     network = "none"      # policy class: none | allowlist | internet
     # with network = "allowlist": cidrs = ["203.0.113.0/24"], ports = [443],
     # domains = ["pypi.org", "*.pythonhosted.org"] (at least one cidr or domain)
-    runtime_class = ""    # locally "", "runc" or "injected"; on Kubernetes a RuntimeClass
+    runtime_class = ""    # locally "", "runc", "injected" or "runsc"; on Kubernetes a RuntimeClass
     env = { LANG = "C.UTF-8" }
     min = 2               # always keep this many ready
     max = 50              # never hold more than this (ready + being made)

@@ -171,9 +171,14 @@ def load_backend(name: str, settings: object = None) -> Backend:
         )
     if name == "kubernetes":
         from .kubernetes import KubernetesBackend, KubernetesSettings
+        from .kubernetes.pod_settings import PodSettingsError
 
-        k8s = (
-            settings if isinstance(settings, KubernetesSettings) else KubernetesSettings.from_env()
-        )
+        if isinstance(settings, KubernetesSettings):
+            return KubernetesBackend(settings)
+        home = getattr(settings, "home", None)
+        try:
+            k8s = KubernetesSettings.from_env(Path(home) if home is not None else None)
+        except PodSettingsError as err:
+            raise BackendError.invalid(f"kubernetes backend: {err}") from err
         return KubernetesBackend(k8s)
     raise BackendError.invalid(f"unknown backend {name!r}", reason="UNSUPPORTED")

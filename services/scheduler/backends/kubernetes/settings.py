@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchard.common.layout import orchard_home
+
 GIB = 1 << 30
 
 # The same capabilities Docker grants minus the network and file-system ones a
@@ -93,11 +95,24 @@ class KubernetesSettings:
     them are refused (``netpolicy.k8s``)."""
 
     @classmethod
-    def from_env(cls) -> KubernetesSettings:
-        """Settings from ``ORCHARD_K8S_*`` variables (what the Helm chart sets)."""
+    def from_env(cls, home: Path | None = None) -> KubernetesSettings:
+        """Settings from ``ORCHARD_K8S_*`` variables (what the Helm chart sets) and the
+        per-pool pod settings (``pod_settings``): the file ``$ORCHARD_K8S_POD_SETTINGS``
+        names (it must exist), else ``<home>/pods.json`` if there (where the chart
+        mounts it; ``home`` defaults to ``$ORCHARD_HOME``).
+
+        Raises ``pod_settings.PodSettingsError`` naming the pool and field when
+        pods.json is invalid: a scheduler must not start with pools it misreads.
+        """
+        from .pod_settings import POD_SETTINGS_FILE, load_pod_settings
+
         env = os.environ
         kubeconfig = env.get("KUBECONFIG")
+        named = env.get("ORCHARD_K8S_POD_SETTINGS", "")
+        pods_file = Path(named) if named else (home or orchard_home()) / POD_SETTINGS_FILE
+        templates = load_pod_settings(pods_file) if named or pods_file.exists() else {}
         return cls(
+            templates=templates,
             namespace=env.get("ORCHARD_K8S_NAMESPACE", cls.namespace),
             control_namespace=env.get("ORCHARD_K8S_CONTROL_NAMESPACE", cls.control_namespace),
             api_host=env.get("ORCHARD_K8S_API_HOST", ""),
