@@ -130,7 +130,9 @@ def test_a_noisy_tenant_cannot_starve_a_quiet_one(gw: GatewayStack) -> None:
     try:
         with ThreadPoolExecutor(48) as pool:
             loud = [pool.submit(one, "noisy", noisy) for _ in range(40)]
-            time.sleep(0.1)  # the noisy tenant's burst is queued first
+            # The noisy burst reaches the gateway first; short, so that on a busy box
+            # the burst is still mostly waiting when the quiet tenant arrives.
+            time.sleep(0.03)
             with lock:
                 done_before_quiet = len(finished)
             calm = [pool.submit(one, "quiet", quiet) for _ in range(4)]
@@ -141,9 +143,11 @@ def test_a_noisy_tenant_cannot_starve_a_quiet_one(gw: GatewayStack) -> None:
         waiting_noisy = 40 - done_before_quiet
         assert waiting_noisy >= 20, "the noisy burst was over before the quiet tenant came"
         # Served within the 8 creates already in flight plus one noisy create per
-        # quiet one (round-robin), never behind the whole noisy backlog.
-        assert max(ranks) - done_before_quiet < 8 + 2 * 4 + 1, (done_before_quiet, finished)
-        assert max(ranks) < 40
+        # quiet one (round-robin), never behind the whole noisy backlog (FIFO: ranks
+        # 40-43). The extra 8 is slack for this test's own client threads, which on
+        # a busy 2-core box may reach the gateway a few creates late.
+        assert max(ranks) - done_before_quiet < 8 + 2 * 4 + 8, (done_before_quiet, finished)
+        assert max(ranks) < 36
     finally:
         delete_all(gw, noisy)
         delete_all(gw, quiet)
