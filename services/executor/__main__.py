@@ -17,12 +17,9 @@ import asyncio
 import signal
 from pathlib import Path
 
-import uvloop
-
 from orchard.common.layout import orchard_home
-from orchard.common.logging import configure_logging
 from orchard.common.metrics import serve_metrics
-from orchard.common.tracing import configure_tracing
+from orchard.common.process import start_service
 
 from .in_sandbox import TOKEN_KEY_FILE, take_token_key
 from .server import serve
@@ -87,11 +84,9 @@ def _metrics_listen(argv: list[str] | None) -> tuple[list[str] | None, str | Non
 def main(argv: list[str] | None = None) -> None:
     argv, metrics_listen = _metrics_listen(argv)
     settings = parse_args(argv)
-    configure_logging("executor")
-    configure_tracing("orchard-executor")
+    start_service("executor")
     if metrics_listen is not None:
         serve_metrics(metrics_listen, settings.layout.run / "executor.metrics.addr")
-    uvloop.install()
     asyncio.run(_run(settings))
 
 

@@ -12,11 +12,8 @@ import argparse
 import asyncio
 from pathlib import Path
 
-import uvloop
-
 from orchard.common.layout import orchard_home
-from orchard.common.logging import configure_logging
-from orchard.common.tracing import configure_tracing
+from orchard.common.process import announce_address, start_service
 
 from .server import serve
 from .settings import GatewaySettings
@@ -65,14 +62,8 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
-    configure_logging("gateway")
-    configure_tracing("orchard-gateway")
-    uvloop.install()
-
-    def ready(address: str) -> None:
-        print(address, flush=True)
-
-    asyncio.run(serve(settings, on_ready=ready))
+    start_service("gateway")
+    asyncio.run(serve(settings, on_ready=announce_address))
 
 
 if __name__ == "__main__":

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import sys
 from pathlib import Path
 
-import structlog
-import uvloop
-
 from orchard.common.layout import orchard_home
+from orchard.common.process import announce_address, start_service
 
 from .server import serve
 from .settings import RewardSettings
@@ -55,20 +51,8 @@ def parse_args(argv: list[str] | None = None) -> RewardSettings:
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
-    structlog.configure(  # logs to stderr: stdout's first line is the address `orchard up` waits for
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        processors=[
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.JSONRenderer(),
-        ],
-    )
-    uvloop.install()
-
-    def ready(address: str) -> None:
-        print(address, flush=True)
-
-    asyncio.run(serve(settings, on_ready=ready))
+    start_service("rewards")
+    asyncio.run(serve(settings, on_ready=announce_address))
 
 
 if __name__ == "__main__":

@@ -11,11 +11,8 @@ import asyncio
 import os
 from pathlib import Path
 
-import uvloop
-
 from orchard.common.layout import orchard_home
-from orchard.common.logging import configure_logging
-from orchard.common.tracing import configure_tracing
+from orchard.common.process import announce_address, start_service
 
 from .server import serve
 from .settings import SchedulerSettings
@@ -87,14 +84,8 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
-    configure_logging("scheduler")
-    configure_tracing("orchard-scheduler")
-    uvloop.install()
-
-    def ready(address: str) -> None:
-        print(address, flush=True)
-
-    asyncio.run(serve(settings, on_ready=ready))
+    start_service("scheduler")
+    asyncio.run(serve(settings, on_ready=announce_address))
 
 
 if __name__ == "__main__":
