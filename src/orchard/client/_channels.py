@@ -28,6 +28,12 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 ]
 
 StubT = TypeVar("StubT")
+SyncInterceptor = (
+    grpc.UnaryUnaryClientInterceptor
+    | grpc.UnaryStreamClientInterceptor
+    | grpc.StreamUnaryClientInterceptor
+    | grpc.StreamStreamClientInterceptor
+)
 
 _lock = threading.Lock()
 _sync: dict[str, grpc.Channel] = {}
@@ -35,16 +41,34 @@ _async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, grpc.aio.
     weakref.WeakKeyDictionary()
 )
 _sync_stubs: dict[tuple[str, Any], Any] = {}
+_sync_interceptors: tuple[SyncInterceptor, ...] = ()
 _async_stubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, Any], Any]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def set_sync_interceptors(*interceptors: SyncInterceptor) -> None:
+    """Wrap every sync channel made from now on with these client interceptors.
+
+    The hook for cross-cutting client work the SDK does not do itself, e.g. a
+    load generator (Locust) timing each call. Cached channels and stubs are
+    dropped, so the next call of any ``Sandbox`` goes through the interceptors.
+    No arguments: plain channels again.
+    """
+    global _sync_interceptors
+    close_all()
+    with _lock:
+        _sync_interceptors = tuple(interceptors)
 
 
 def sync_channel(address: str) -> grpc.Channel:
     with _lock:
         channel = _sync.get(address)
         if channel is None:
-            channel = _sync[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            if _sync_interceptors:
+                channel = grpc.intercept_channel(channel, *_sync_interceptors)
+            _sync[address] = channel
         return channel
 
 
