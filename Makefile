@@ -14,7 +14,7 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc
 
-.PHONY: run test check lint format typecheck protos protos-check bench setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm test-rewards-ml
+.PHONY: run test check lint format typecheck protos protos-check bench loadtest scale setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm test-rewards-ml
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
@@ -74,6 +74,15 @@ protos-check: venv
 
 bench: setup ## exec round trip vs SWE-ReX, prints JSON
 	$(PY) loadtest/bench.py
+
+N ?= 1000
+MODE ?= cold
+
+loadtest: setup ## Locust headless: N users create -> 4 commands -> delete (MODE=cold|warm), JSON out
+	$(PY) loadtest/run_locust.py --users $(N) --mode $(MODE)
+
+scale: setup ## the cold Locust run at 100, 250, 500, 1000 sandboxes; JSON + docs/scaling.png
+	$(PY) loadtest/scale.py
 
 REWARDS_SDISTS ?= build/rewards-sdists
 
