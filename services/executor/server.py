@@ -22,6 +22,7 @@ from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 from orchard.common.errors import invalid
 from orchard.common.observability import ServerObservability
 from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.undecodable import UndecodableRequests
 
 from .auth import CallAuthorizer
 from .commands import (
@@ -242,7 +243,8 @@ async def start_server(settings: ExecutorSettings) -> tuple[grpc.aio.Server, str
     signer = TokenSigner(key if key is not None else load_or_create_key(settings.token_key_path))
     servicer = ExecutorServicer(settings, signer)
     server = grpc.aio.server(
-        options=server_options(settings), interceptors=[ServerObservability("executor")]
+        options=server_options(settings),
+        interceptors=[UndecodableRequests(), ServerObservability("executor")],
     )
     pb_grpc.add_ExecutorServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port(settings.listen)

@@ -18,8 +18,11 @@ from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
 from orchard.common.quotas import QUOTA_FILE, QuotaFile
+from orchard.common.tokens import TokenSigner
+from orchard.common.undecodable import UndecodableRequests
 
 from .auth import KEY_FILE, ApiKeyAuth, ensure_dev_key
+from .proxy import DataPlaneProxy
 from .rest import RunningRest, start_rest
 from .service import GatewayService, forwarding_handler
 from .settings import GatewaySettings
@@ -60,6 +63,7 @@ class RunningGateway:
     service: GatewayService
     rest: RunningRest | None = None
     metrics_address: str | None = None
+    proxy: DataPlaneProxy | None = None
 
     @property
     def http_address(self) -> str | None:
@@ -69,8 +73,20 @@ class RunningGateway:
         if self.rest is not None:
             await self.rest.stop()
         await self.server.stop(grace)
+        if self.proxy is not None:
+            await self.proxy.close()
         await self.channel.close(None)
         log.info("gateway stopped")
+
+
+def _node_signer(home: Path) -> TokenSigner | None:
+    """The node's token key when this gateway shares the node's home, so the proxy can
+    refuse a forged token before asking the scheduler anything; else None (the executor
+    still verifies every token)."""
+    try:
+        return TokenSigner(NodeLayout(home).token_key.read_bytes())
+    except OSError:
+        return None
 
 
 async def start(settings: GatewaySettings) -> RunningGateway:
@@ -83,7 +99,9 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         options=CHANNEL_OPTIONS,
         interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
     )
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[ServerObservability("gateway")])
+    server = grpc.aio.server(
+        options=SERVER_OPTIONS, interceptors=[UndecodableRequests(), ServerObservability("gateway")]
+    )
     service = GatewayService(
         ApiKeyAuth(settings.home / KEY_FILE),
         channel,
@@ -94,13 +112,17 @@ async def start(settings: GatewaySettings) -> RunningGateway:
     server.add_generic_rpc_handlers(
         (forwarding_handler(service), forwarding_handler(service, pool_service))
     )
+    proxy = None
+    if settings.data_plane_proxy:
+        proxy = DataPlaneProxy(channel, _node_signer(settings.home))
+        server.add_generic_rpc_handlers((proxy.handler(),))
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise RuntimeError(f"cannot listen on {settings.listen}")
     await server.start()
     address = public_address(settings.listen, port)
     run = NodeLayout(settings.home).run
-    running = RunningGateway(address, server, channel, service)
+    running = RunningGateway(address, server, channel, service, proxy=proxy)
     if settings.http_listen is not None:
         running.rest = await start_rest(settings.http_listen, address)
         _write_address(run / "gateway-http.addr", running.rest.address)

@@ -12,6 +12,7 @@ import grpc
 import structlog
 
 from orchard._proto.orchard.v1 import rewards_pb2_grpc
+from orchard.common.undecodable import UndecodableRequests
 
 from .auth import KeyCheck
 from .judge.client import Judge
@@ -31,7 +32,10 @@ def public_address(listen: str, port: int) -> str:
 async def serve(settings: RewardSettings, on_ready: Callable[[str], None] = print) -> None:
     channel = grpc.aio.insecure_channel(settings.gateway)
     judge = Judge(settings.judge)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 20 * 1024 * 1024)])
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", 20 * 1024 * 1024)],
+        interceptors=[UndecodableRequests()],
+    )
     rewards_pb2_grpc.add_RewardServiceServicer_to_server(
         RewardService(settings, KeyCheck(channel, settings.key_cache_seconds), judge), server
     )

@@ -24,6 +24,7 @@ from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import ServerObservability
 from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.undecodable import UndecodableRequests
 
 from .backends.base import Backend, load_backend
 from .lifecycle import SandboxLifecycle
@@ -107,7 +108,8 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
     server = grpc.aio.server(
-        options=SERVER_OPTIONS, interceptors=[ServerObservability("scheduler")]
+        options=SERVER_OPTIONS,
+        interceptors=[UndecodableRequests(), ServerObservability("scheduler")],
     )
     pools = PoolFiller(lifecycle, templates, settings.pools)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(

@@ -1,0 +1,1 @@
+"""Generators of hostile input for the reliability suite (proto messages, raw bytes, fuzz targets)."""
