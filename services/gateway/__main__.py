@@ -46,6 +46,11 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
         default=8,
         help="creates forwarded at once; the rest wait in the fair per-tenant queue",
     )
+    parser.add_argument(
+        "--no-data-plane-proxy",
+        action="store_true",
+        help="do not serve ExecutorService (clients must reach the node executors directly)",
+    )
     args = parser.parse_args(argv)
     if args.create_slots < 1:
         parser.error("--create-slots must be >= 1")
@@ -57,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
         http_listen=args.http_listen,
         metrics_listen=args.metrics_listen,
         create_slots=args.create_slots,
+        data_plane_proxy=not args.no_data_plane_proxy,
     )
 
 

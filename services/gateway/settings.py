@@ -23,4 +23,7 @@ class GatewaySettings:
     create_slots: int = 8
     """Creates forwarded to the scheduler at once; more wait in the fair per-tenant queue.
     Sized to what two cores do in parallel (runc, mounts, cgroups) with headroom."""
+    data_plane_proxy: bool = True
+    """Also serve ExecutorService, forwarding each call to the sandbox's node executor
+    (``proxy.py``), for clients that cannot reach the executors (``ORCHARD_DATA_PLANE=proxy``)."""
     shutdown_grace_seconds: float = 5.0

@@ -1,0 +1,94 @@
+"""Gateway data-plane proxy overhead: exec ``true`` direct vs through the gateway, A/B.
+
+One sandbox, two SDK handles on it: one sends data-plane calls straight to the
+node executor (``direct``), the other through the gateway's proxy (``proxy``).
+Rounds of ``per_round`` sequential ``exec(["true"])`` alternate between the
+two (the order flips every round), so machine noise hits both alike; the
+overhead is the median of the per-round differences of the round medians,
+beside the pooled p50s.
+
+    .venv/bin/python loadtest/bench_proxy.py [--rounds 10] [--per-round 200]
+
+(starts its own ``orchard up`` in a temporary home, prints JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loadtest.peer_swerex import percentiles
+from orchard import Sandbox
+
+
+def _round(sb: Sandbox, n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        sb.exec(["true"])
+        samples.append((time.perf_counter() - t0) * 1000)
+    return samples
+
+
+def proxy_overhead(
+    endpoint: str, key: str, sandbox_id: str, rounds: int = 10, per_round: int = 200
+) -> dict[str, Any]:
+    """Direct vs proxied exec p50 in alternating rounds, and the paired overhead."""
+    direct = Sandbox.connect(sandbox_id, endpoint=endpoint, api_key=key)
+    direct.config = replace(direct.config, data_plane="direct")
+    proxied = Sandbox.connect(sandbox_id, endpoint=endpoint, api_key=key)
+    proxied.config = replace(proxied.config, data_plane="proxy")
+    for sb in (direct, proxied):
+        _round(sb, 50)  # warm channels, routes, caches
+    pooled: dict[str, list[float]] = {"direct": [], "proxy": []}
+    diffs = []
+    for i in range(rounds):
+        order = [("direct", direct), ("proxy", proxied)]
+        if i % 2:
+            order.reverse()
+        medians = {}
+        for name, sb in order:
+            samples = _round(sb, per_round)
+            pooled[name] += samples
+            medians[name] = statistics.median(samples)
+        diffs.append(medians["proxy"] - medians["direct"])
+    return {
+        "direct": percentiles(pooled["direct"]),
+        "proxy": percentiles(pooled["proxy"]),
+        "overhead_p50_ms": round(statistics.median(diffs), 3),
+        "overhead_round_diffs_ms": [round(d, 3) for d in diffs],
+        "rounds": rounds,
+        "per_round": per_round,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--per-round", type=int, default=200)
+    args = parser.parse_args()
+    from tests.stack import running_stack
+
+    with (
+        tempfile.TemporaryDirectory(prefix="orchard-bench-proxy-") as tmp,
+        running_stack(Path(tmp) / "home") as stack,
+    ):
+        key = (stack.home / "dev-api-key").read_text().strip()
+        with Sandbox.create(endpoint=stack.endpoint, api_key=key) as sb:
+            result = proxy_overhead(stack.endpoint, key, sb.id, args.rounds, args.per_round)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
