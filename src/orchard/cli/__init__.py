@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint", help="gateway address (default $ORCHARD_ENDPOINT or the local stack's)"
     )
     parser.add_argument("--api-key", help="API key (default $ORCHARD_API_KEY or the local dev key)")
+    parser.add_argument(
+        "--data-plane",
+        choices=("direct", "proxy"),
+        help="exec/file calls straight to the node executor or through the gateway "
+        "(default $ORCHARD_DATA_PLANE or direct)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _up.register(commands)
     _sandboxes.register(commands)
@@ -63,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(parser, argv)
+    if args.data_plane:
+        os.environ["ORCHARD_DATA_PLANE"] = args.data_plane  # read by ClientConfig.resolve
     try:
         code: int = args.run(args)
     except BrokenPipeError:

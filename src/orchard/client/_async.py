@@ -211,7 +211,7 @@ class AsyncSandbox(SandboxCore):
                     self._get_request(), metadata=api_metadata(self.config)
                 )
             access = self._set_access(msg)
-        stub = async_stub(access.address, executor_pb2_grpc.ExecutorServiceStub)
+        stub = async_stub(self._data_plane_address(access), executor_pb2_grpc.ExecutorServiceStub)
         return stub, access  # type: ignore[return-value]
 
     async def exec(

@@ -3,7 +3,10 @@
 Order: explicit arguments, then ``ORCHARD_ENDPOINT`` / ``ORCHARD_API_KEY``, then
 the files the embedded default (``orchard up``) writes under
 ``ORCHARD_HOME`` (default /var/lib/orchard): ``run/gateway.addr`` and
-``dev-api-key``. That way a laptop user needs no set-up at all and a trainer
+``dev-api-key``. ``ORCHARD_DATA_PLANE`` (``direct``, the default, or ``proxy``)
+says whether exec/session/file calls go straight to the sandbox's node
+executor or through the gateway (which forwards them; for clients that cannot
+reach the nodes). That way a laptop user needs no set-up at all and a trainer
 on a cluster sets two variables.
 """
 
@@ -17,6 +20,7 @@ from pathlib import Path
 from ._errors import ConfigurationError
 
 DEFAULT_HOME = Path("/var/lib/orchard")
+DATA_PLANE_MODES = ("direct", "proxy")
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,12 @@ class ClientConfig:
     """host:port of the gateway."""
     api_key: str
     """Sent as ``authorization: Bearer <api_key>``."""
+    data_plane: str = "direct"
+    """``direct``: data-plane calls go to the node executor; ``proxy``: through the gateway."""
+
+    @property
+    def proxied(self) -> bool:
+        return self.data_plane == "proxy"
 
     @classmethod
     def resolve(
@@ -32,6 +42,7 @@ class ClientConfig:
         endpoint: str | None = None,
         api_key: str | None = None,
         environ: Mapping[str, str] | None = None,
+        data_plane: str | None = None,
     ) -> ClientConfig:
         env = os.environ if environ is None else environ
         home = Path(env.get("ORCHARD_HOME") or DEFAULT_HOME)
@@ -46,7 +57,13 @@ class ClientConfig:
             raise ConfigurationError(
                 f"no API key: pass api_key=..., set ORCHARD_API_KEY, or make {home / 'dev-api-key'} readable"
             )
-        return cls(endpoint=endpoint, api_key=api_key)
+        data_plane = (data_plane or env.get("ORCHARD_DATA_PLANE") or "direct").strip().lower()
+        if data_plane not in DATA_PLANE_MODES:
+            raise ConfigurationError(
+                f"data plane {data_plane!r}: expected one of {', '.join(DATA_PLANE_MODES)} "
+                "(ORCHARD_DATA_PLANE)"
+            )
+        return cls(endpoint=endpoint, api_key=api_key, data_plane=data_plane)
 
 
 def _read(path: Path) -> str:

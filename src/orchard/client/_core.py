@@ -100,6 +100,11 @@ class SandboxCore:
             return self._access
         return None
 
+    def _data_plane_address(self, access: ExecutorAccess) -> str:
+        """Where data-plane calls go: the node executor, or the gateway in proxy mode
+        (it forwards them there; the token rides along either way)."""
+        return self.config.endpoint if self.config.proxied else access.address
+
     def _set_access(self, msg: sandbox_pb2.ExecutorAccess) -> ExecutorAccess:
         if not msg.address:
             raise SandboxNotReadyError(

@@ -232,7 +232,8 @@ class Sandbox(SandboxCore):
                     self._get_request(), metadata=api_metadata(self.config)
                 )
             access = self._set_access(msg)
-        return sync_stub(access.address, executor_pb2_grpc.ExecutorServiceStub), access
+        address = self._data_plane_address(access)
+        return sync_stub(address, executor_pb2_grpc.ExecutorServiceStub), access
 
     def exec(
         self,
