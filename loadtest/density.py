@@ -174,4 +174,3 @@ class PeakMemory:
             "samples": self.samples,
             "interval_s": self.interval,
         }
-

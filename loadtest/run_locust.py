@@ -10,7 +10,10 @@
 3. Runs ``locust -f loadtest/locustfile.py --headless -u N -r N`` with ``--csv``
    and ``--html`` into ``--out``, while a thread samples host memory every 100 ms
    and a liveness probe (``locust_probe``) creates + execs every 2 s.
-4. Counts what is left (``locust_leaks``) after the load and after the stack stops.
+4. Accounts the CPU of the window (``locust_cpu``: Locust vs the stack vs the rest).
+5. ``cold``: creates N sandboxes, lets them idle and measures their cost
+   (``--no-idle`` skips it); ``warm``: the pool members were measured in step 2.
+6. Counts what is left (``locust_leaks``) after the load and after the stack stops.
 
 Writes ``<out>/summary.json`` and prints it.
 
@@ -29,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import orchard  # noqa: E402
 from loadtest.density import MemorySnapshot, PeakMemory, idle_cost  # noqa: E402
+from loadtest.locust_cpu import CpuSnapshot, cpu_breakdown  # noqa: E402
 from loadtest.locust_leaks import ids_in_state, leftovers, nothing_left  # noqa: E402
 from loadtest.locust_probe import LivenessProbe  # noqa: E402
 from loadtest.locust_summary import load_summary  # noqa: E402
@@ -48,6 +53,7 @@ LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
 TARGET_WALL_SECONDS = {"cold": 26.0, "warm": 10.0}
 TARGET_PSS_MIB = 8.0
 PROBE_QUOTA_ROOM = 64
+IDLE_CREATE_THREADS = 32
 
 
 def locust_binary() -> str:
@@ -72,6 +78,26 @@ def wait_pool_ready(auth: dict[str, str], count: int, timeout: float) -> float:
             return time.monotonic() - started
         time.sleep(0.5)
     raise TimeoutError(f"pool {TEMPLATE} did not reach {count} ready in {timeout:.0f} s")
+
+
+def measure_idle(auth: dict[str, str], home: Path, count: int, settle: float) -> dict[str, Any]:
+    """Create ``count`` sandboxes (each runs one ``true``, so the executor holds its state for
+    it), let them sit idle, measure what they cost against a snapshot taken just before,
+    then delete them."""
+    before = MemorySnapshot.take(home)
+    started = time.monotonic()
+    with ThreadPoolExecutor(IDLE_CREATE_THREADS) as pool:
+        sandboxes = list(pool.map(lambda _: Sandbox.create(network="none", **auth), range(count)))
+        created_s = time.monotonic() - started
+        list(pool.map(lambda sb: sb.exec("true"), sandboxes))
+        time.sleep(settle)
+        cost = idle_cost(before, [sb.id for sb in sandboxes], home)
+        started = time.monotonic()
+        list(pool.map(lambda sb: sb.delete(), sandboxes))
+    cost["baseline"] = "the stack up and idle, just before the sandboxes were created"
+    cost["create_all_s"] = round(created_s, 1)
+    cost["delete_all_s"] = round(time.monotonic() - started, 1)
+    return cost
 
 
 def run_locust(
@@ -125,6 +151,7 @@ def run(
     processes: int = 1,
     probe_interval: float = 2.0,
     drain: float = 3.0,
+    idle: bool = True,
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="orch-locust-", dir="/tmp"))
@@ -142,32 +169,41 @@ def run(
         "home": str(home),
         "out": str(out),
     }
+    before_stack = MemorySnapshot.take(home)
     with running_stack(home) as stack:
         auth = {"endpoint": stack.endpoint, "api_key": (home / "dev-api-key").read_text().strip()}
         # First create pays imports and the image cache: not part of the run.
         with Sandbox.create(network="none", **auth) as sandbox:
             sandbox.exec("true")
         if mode == "warm":
-            before = MemorySnapshot.take(home)
             result["pool_fill_s"] = round(wait_pool_ready(auth, users, 1800), 1)
             time.sleep(3.0)  # let the filler's last creates settle
-            result["idle_memory"] = idle_cost(before, ids_in_state(home, "ready"), home)
+            result["idle_memory"] = idle_cost(before_stack, ids_in_state(home, "ready"), home)
+            result["idle_memory"]["baseline"] = (
+                "before the stack started: the MemAvailable drop includes the stack's own "
+                "services; the PSS figures do not depend on the baseline"
+            )
         peak = PeakMemory()
         probe = LivenessProbe(auth["endpoint"], auth["api_key"], probe_interval)
         peak.start()
         probe.start()
+        cpu_before = CpuSnapshot.take(home)
         code, locust_s = run_locust(auth, users, mode, out, run_time, processes)
+        cpu_after = CpuSnapshot.take(home)
         result["liveness_probe"] = probe.stop()
         result["host_memory"] = peak.stop()
         result["locust_exit_code"] = code
         result["locust_process_s"] = round(locust_s, 2)
         result.update(load_summary(out / "locust", out / "phases", users))
+        result["cpu"] = cpu_breakdown(cpu_before, cpu_after, locust_s)
         time.sleep(drain)
         result["left_after_load"] = leftovers(home)
         if mode == "warm":
             result["left_after_load"]["note"] = (
                 f"the pool refills to {users} after the claims: those ready members are expected"
             )
+        elif idle:
+            result["idle_memory"] = measure_idle(auth, home, users, settle=3.0)
     result["left_after_stop"] = leftovers(home)
     result["nothing_left_after_stop"] = nothing_left(result["left_after_stop"])
     per = result.get("idle_memory", {}).get("per_sandbox", {})
@@ -194,9 +230,22 @@ def main() -> None:
     parser.add_argument("--run-time", type=int, default=300, help="Locust's --run-time bound (s)")
     parser.add_argument("--processes", type=int, default=1, help="Locust --processes (1: one)")
     parser.add_argument("--probe-interval", type=float, default=2.0)
+    parser.add_argument(
+        "--no-idle",
+        action="store_true",
+        help="cold: skip measuring N idle sandboxes after the load",
+    )
     args = parser.parse_args()
     out = args.out or ROOT / "build" / "loadtest" / f"{args.mode}-{args.users}"
-    result = run(args.users, args.mode, out, args.run_time, args.processes, args.probe_interval)
+    result = run(
+        args.users,
+        args.mode,
+        out,
+        args.run_time,
+        args.processes,
+        args.probe_interval,
+        idle=not args.no_idle,
+    )
     print(json.dumps(result, indent=2))
 
 
