@@ -26,8 +26,7 @@ from typing import Any
 import grpc
 from locust.env import Environment
 
-Check = Callable[[Any], str | None]
-"""Returns ``None`` when the response is right, else why it is wrong."""
+from loadtest.locust_checks import Check
 
 
 class WrongAnswer(Exception):

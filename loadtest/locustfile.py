@@ -43,6 +43,7 @@ from locust.stats import CSV_STATS_INTERVAL_SEC  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from loadtest.locust_checks import COMMANDS, create_check  # noqa: E402
 from loadtest.locust_interceptor import LocustInterceptor, operation  # noqa: E402
 from orchard import OrchardError, Sandbox  # noqa: E402
 from orchard.client._channels import set_sync_interceptors  # noqa: E402
@@ -51,59 +52,6 @@ EXEC_TIMEOUT_SECONDS = 120.0
 CREATE_TIMEOUT_SECONDS = 300.0
 
 
-def _output_check(expected_prefix: str) -> Any:
-    """A check of a finished command: the gRPC ``RunResponse`` and the SDK's ``ExecResult``
-    have the same shape here (``status.exit_code``, ``status.timed_out``, ``stdout``, ``stderr``)."""
-
-    def check(response: Any) -> str | None:
-        status = response.status
-        if status.exit_code != 0 or status.timed_out:
-            err = bytes(response.stderr[:200]).decode(errors="replace")
-            return f"exit code {status.exit_code} (timed out: {status.timed_out}): {err!r}"
-        out = bytes(response.stdout).decode(errors="replace")
-        if not out.startswith(expected_prefix):
-            return f"stdout {out[:120]!r} does not start with {expected_prefix!r}"
-        return None
-
-    return check
-
-
-def _ls_check(response: Any) -> str | None:
-    problem: str | None = _output_check("")(response)
-    if problem is not None:
-        return problem
-    names = set(bytes(response.stdout).decode(errors="replace").split())
-    missing = {"bin", "etc", "usr", "tmp"} - names
-    return f"ls / lacks {sorted(missing)}" if missing else None
-
-
-def _create_check(response: Any) -> str | None:
-    if not response.id or not response.executor.address:
-        return f"create answered without an id or executor address (state {response.state})"
-    return None
-
-
-OS_RELEASE_FIRST_LINE = 'PRETTY_NAME="Debian GNU/Linux'
-
-# The original's four commands, as argv (no extra shell around them), with their checks.
-COMMANDS: tuple[tuple[str, list[str], Any], ...] = (
-    (
-        "exec python3",
-        ["python3", "-c", 'import sys; print(f"Python {sys.version}")'],
-        _output_check("Python 3."),
-    ),
-    ("exec ls", ["ls", "/"], _ls_check),
-    (
-        "exec cat",
-        ["sh", "-c", "cat /etc/os-release | head -1"],
-        _output_check(OS_RELEASE_FIRST_LINE),
-    ),
-    (
-        "exec login-shell cat",
-        ["bash", "-lc", "cat /etc/os-release | head -1"],
-        _output_check(OS_RELEASE_FIRST_LINE),
-    ),
-)
 OPERATIONS = ("create", *(name for name, _, _ in COMMANDS), "delete")
 
 # When this process's users started and finished each phase (epoch seconds).
@@ -123,7 +71,7 @@ class SandboxUser(User):
         _phases.append(mark)
         sandbox: Sandbox | None = None
         try:
-            with operation("create", _create_check):
+            with operation("create", create_check):
                 if template:
                     sandbox = Sandbox.create(template=template, timeout=CREATE_TIMEOUT_SECONDS)
                 else:
