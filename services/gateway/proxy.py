@@ -28,9 +28,10 @@ that goes away cancels the handler, which cancels the upstream call.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ from orchard.common.tokens import TokenError, TokenSigner
 log = structlog.get_logger("orchard.gateway.proxy")
 
 EXECUTOR_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"]
+PROXIED_PREFIX = f"/{EXECUTOR_SERVICE.full_name}/"
 TENANT_KEY = "orchard-tenant"
 PASSED_TRAILERS = (REASON_KEY, FAULT_KEY, RETRY_AFTER_KEY)
 # Metadata that belongs to one hop, not to the call.
@@ -61,6 +63,32 @@ UPSTREAM_OPTIONS = [
 ]
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class ControlPlaneOnly(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Runs the server's interceptors for every call except the proxied ExecutorService ones.
+
+    A proxied call is a pass-through: its bytes are never decoded here (so the
+    undecodable-request guard has nothing to guard), and the executor that
+    serves it records its metrics, span and logs under the same request id
+    (the metadata is forwarded). Skipping them keeps ~0.1 ms of CPU off each
+    proxied call, on a hop whose whole budget is 0.3 ms.
+    """
+
+    def __init__(self, *interceptors: Any) -> None:
+        self.interceptors = interceptors
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        if handler_call_details.method.startswith(PROXIED_PREFIX):
+            return await continuation(handler_call_details)
+        call = continuation
+        for interceptor in reversed(self.interceptors):
+            call = functools.partial(interceptor.intercept_service, call)
+        return await call(handler_call_details)
 
 
 def _identity(data: bytes) -> bytes:

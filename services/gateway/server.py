@@ -22,7 +22,7 @@ from orchard.common.tokens import TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import KEY_FILE, ApiKeyAuth, ensure_dev_key
-from .proxy import DataPlaneProxy
+from .proxy import ControlPlaneOnly, DataPlaneProxy
 from .rest import RunningRest, start_rest
 from .service import GatewayService, forwarding_handler
 from .settings import GatewaySettings
@@ -100,7 +100,8 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
     )
     server = grpc.aio.server(
-        options=SERVER_OPTIONS, interceptors=[UndecodableRequests(), ServerObservability("gateway")]
+        options=SERVER_OPTIONS,
+        interceptors=[ControlPlaneOnly(UndecodableRequests(), ServerObservability("gateway"))],
     )
     service = GatewayService(
         ApiKeyAuth(settings.home / KEY_FILE),
