@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,10 +112,8 @@ def pss_of(pid: int) -> int:
 def sandbox_pids(sandbox_ids: list[str]) -> list[int]:
     pids: list[int] = []
     for sid in sandbox_ids:
-        try:
+        with suppress(OSError):
             pids += [int(p) for p in (MEMORY_CGROUP / sid / "cgroup.procs").read_text().split()]
-        except OSError:
-            pass
     return pids
 
 
@@ -132,6 +130,55 @@ def pid_of_service(home: Path, module: str) -> int:
         if module.encode() in cmd and f"ORCHARD_HOME={home}".encode() in env:
             return int(entry.name)
     return 0
+
+
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """utime+stime of ``pid`` and of its waited-for children (runc runs as the scheduler's)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return {"self": 0.0, "children": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    return {
+        "self": (int(fields[11]) + int(fields[12])) / tick,
+        "children": (int(fields[13]) + int(fields[14])) / tick,
+    }
+
+
+def sandboxes_cpu() -> float:
+    """CPU seconds charged to every sandbox ever (cpuacct of the parent cgroup keeps the dead's)."""
+    try:
+        return int(Path("/sys/fs/cgroup/cpuacct/orchard/cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+        return 0.0
+
+
+class ServiceCpu:
+    """CPU seconds each stack process (and its children) spent during the run."""
+
+    SERVICES = ("orchard.gateway", "orchard.scheduler", "orchard.executor")
+
+    def __init__(self, home: Path) -> None:
+        self.pids = {name: pid_of_service(home, name) for name in self.SERVICES}
+        self.before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.driver_before = os.times()
+        self.sandboxes_before = sandboxes_cpu()
+
+    def used(self, n: int) -> dict[str, float]:
+        """Milliseconds of CPU per sandbox, by process (``+children``: what it waited for)."""
+        out: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            now = cpu_seconds(pid)
+            short = name.split(".")[1]
+            out[short] = round((now["self"] - self.before[name]["self"]) / n * 1000, 2)
+            out[f"{short}+children"] = round(
+                (now["children"] - self.before[name]["children"]) / n * 1000, 2
+            )
+        t = os.times()
+        driver = (t.user + t.system) - (self.driver_before.user + self.driver_before.system)
+        out["driver"] = round(driver / n * 1000, 2)
+        out["in_sandboxes"] = round((sandboxes_cpu() - self.sandboxes_before) / n * 1000, 2)
+        return out
 
 
 class PeakMemory:
@@ -182,19 +229,20 @@ async def one_user(run: Run, auth: dict[str, str], template: str, gate: asyncio.
         run.errors.append(f"{type(exc).__name__}: {exc}"[:300])
 
 
-async def wait_pool(auth: dict[str, str], template: str, count: int, timeout: float) -> float:
+async def wait_pool(auth: dict[str, str], template: str, count: int, limit_s: float) -> float:
     started = time.perf_counter()
-    while time.perf_counter() - started < timeout:
+    while time.perf_counter() - started < limit_s:
         pools = await asyncio.to_thread(orchard.list_pools, **auth)
         pool = next(p for p in pools if p.template == template)
         if pool.ready >= count:
             return time.perf_counter() - started
         await asyncio.sleep(0.5)
-    raise TimeoutError(f"pool {template} not at {count} ready after {timeout} s")
+    raise TimeoutError(f"pool {template} not at {count} ready after {limit_s} s")
 
 
-async def run_load(n: int, auth: dict[str, str], template: str) -> dict[str, Any]:
+async def run_load(n: int, auth: dict[str, str], template: str, home: Path) -> dict[str, Any]:
     gate = asyncio.Event()
+    cpu = ServiceCpu(home)
     run = Run()
     tasks = [asyncio.ensure_future(one_user(run, auth, template, gate)) for _ in range(n)]
     await asyncio.sleep(0)
@@ -213,6 +261,7 @@ async def run_load(n: int, auth: dict[str, str], template: str) -> dict[str, Any
         "last_done_s": {k: round(v, 3) for k, v in sorted(run.finished.items())},
         "ops_ms": {k: percentiles(v) for k, v in sorted(run.ops.items())},
         "exec_per_s": round(len(run.ops.get("exec", [])) / wall, 1),
+        "cpu_ms_per_sandbox": cpu.used(n),
         "peak_host_mem_used_mib": round(peak_used / MIB, 1),
         "errors": run.errors[:10],
         "error_count": len(run.errors),
@@ -265,13 +314,18 @@ async def run_idle(n: int, auth: dict[str, str], home: Path, settle: float) -> d
 
 def leftovers(home: Path, ids_prefix: str = "") -> dict[str, int]:
     """What of this home is still on the host: overlay mounts, orchard cgroups, sandbox folders."""
-    mounts = sum(
-        1 for line in open("/proc/self/mountinfo") if f" {home}/" in line and "overlay" in line
-    )
+    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
+    mounts = sum(1 for line in mountinfo if f" {home}/" in line)
     sandboxes = home / "sandboxes"
     folders = len(list(sandboxes.iterdir())) if sandboxes.is_dir() else 0
-    cgroups_left = len([p for p in MEMORY_CGROUP.iterdir() if p.is_dir()]) if MEMORY_CGROUP.is_dir() else 0
-    return {"overlay_mounts": mounts, "sandbox_dirs": folders, "memory_cgroups_all_homes": cgroups_left}
+    cgroups_left = (
+        len([p for p in MEMORY_CGROUP.iterdir() if p.is_dir()]) if MEMORY_CGROUP.is_dir() else 0
+    )
+    return {
+        "overlay_mounts": mounts,
+        "sandbox_dirs": folders,
+        "memory_cgroups_all_homes": cgroups_left,
+    }
 
 
 @contextmanager
@@ -302,7 +356,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         if args.mode == "idle":
             result.update(await run_idle(args.n, auth, home, args.settle))
         else:
-            result.update(await run_load(args.n, auth, template))
+            result.update(await run_load(args.n, auth, template, home))
         await asyncio.sleep(args.drain)
         result["left_before_stop"] = leftovers(home)
     result["left_after_stop"] = leftovers(home)

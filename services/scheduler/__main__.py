@@ -63,6 +63,13 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         help="delete every sandbox on SIGTERM/SIGINT",
     )
     parser.add_argument(
+        "--delete-waits-for-teardown",
+        action="store_true",
+        default=os.environ.get("ORCHARD_DELETE_WAITS_FOR_TEARDOWN", "") in ("1", "true", "yes"),
+        help="answer a delete only once the container is gone (default: once it is DELETING; "
+        "$ORCHARD_DELETE_WAITS_FOR_TEARDOWN=1)",
+    )
+    parser.add_argument(
         "--metrics-listen", default=None, help="serve Prometheus /metrics here (port 0: a free one)"
     )
     args = parser.parse_args(argv)
@@ -78,6 +85,7 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         init_binary=args.init_binary or (Path(init_env) if init_env else None),
         executor_bundle=args.executor_bundle or (Path(bundle_env) if bundle_env else None),
         delete_all_on_shutdown=args.delete_all_on_shutdown,
+        delete_waits_for_teardown=args.delete_waits_for_teardown,
         metrics_listen=args.metrics_listen,
     )
 

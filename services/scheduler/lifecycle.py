@@ -397,12 +397,23 @@ class SandboxLifecycle:
     # ---- delete -------------------------------------------------------------
 
     async def delete(self, tenant: str, sandbox_id: str) -> None:
-        """Delete the tenant's sandbox; deleting a DELETED one again is a no-op."""
-        rec = self.get(tenant, sandbox_id)
-        await self.remove(rec, "deleted by client")
+        """Delete the tenant's sandbox; deleting a DELETED one again is a no-op.
 
-    async def remove(self, rec: SandboxRecord, why: str) -> None:
-        """Remove ``rec``'s container and mark it DELETED (also used by the reaper)."""
+        Unless ``settings.delete_waits_for_teardown``, the answer comes once the
+        record says DELETING (a SQLite write): runc kill/delete, unmounts and
+        cgroup removal continue in the background, bounded by the backend's own
+        slots. A teardown that fails leaves the record DELETING and the reaper
+        retries it; one cut short by a restart is finished by recovery.
+        """
+        rec = self.get(tenant, sandbox_id)
+        await self.remove(rec, "deleted by client", wait=self.settings.delete_waits_for_teardown)
+
+    async def remove(self, rec: SandboxRecord, why: str, *, wait: bool = True) -> None:
+        """Remove ``rec``'s container and mark it DELETED (also used by the reaper).
+
+        With ``wait=False`` it returns once the record is DELETING and the
+        teardown has been started.
+        """
         if rec.state == State.DELETED:
             return
         creating = self._creating.get(rec.id)
@@ -417,7 +428,10 @@ class SandboxLifecycle:
             task = asyncio.get_running_loop().create_task(self._delete_in_backend(rec.id, why))
             self._deleting[rec.id] = task
             task.add_done_callback(lambda _t: self._deleting.pop(rec.id, None))
-        await asyncio.shield(task)
+            # Fetch the outcome (logged by _delete_in_backend) when nobody awaits it.
+            task.add_done_callback(_teardown_outcome)
+        if wait:
+            await asyncio.shield(task)
 
     async def _delete_in_backend(self, sandbox_id: str, why: str) -> None:
         logger = log.bind(sandbox_id=sandbox_id)
@@ -449,6 +463,12 @@ class SandboxLifecycle:
         pending: list[asyncio.Task[Any]] = [*self._creating.values(), *self._deleting.values()]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _teardown_outcome(task: asyncio.Task[None]) -> None:
+    """Retrieve a background teardown's error: it was logged, and the reaper retries it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def failed_create_error(rec: SandboxRecord) -> ServiceError:

@@ -86,6 +86,10 @@ class SchedulerSettings:
     """How often the TTL reaper looks for expired sandboxes."""
     delete_all_on_shutdown: bool = False
     """Delete every sandbox on graceful shutdown (``orchard up`` leaves nothing behind)."""
+    delete_waits_for_teardown: bool = False
+    """A client's delete answers only after the container, mounts and cgroups are gone.
+    False (default): it answers once the record is DELETING and tears down in the
+    background (the tenant's quota is free from then on; ``lifecycle.delete``)."""
     shutdown_grace_seconds: float = 5.0
     """How long in-flight calls get to finish on shutdown."""
     metrics_listen: str | None = None

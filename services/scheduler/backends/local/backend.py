@@ -2,8 +2,9 @@
 
 create = claim ``sandboxes/<id>/``, mount the overlay root, write config.json,
 bind the init socket, ``runc run --detach`` with the socket as fd 3, write
-sandbox.json. delete = ``runc delete --force``, unmount, sweep cgroups, remove
-the folder; it is idempotent and also undoes a create that died half-way.
+sandbox.json. delete = SIGKILL the init through a pidfd (its pid namespace
+dies with it), unmount, rmdir the cgroups, drop runc's state dir and the
+folder, without running ``runc delete`` unless the init will not die; it is idempotent and also undoes a create that died half-way.
 list/inspect read what exists (sandbox folders and runc's state dir), so a
 scheduler restarted after kill -9 sees every sandbox it left behind.
 
@@ -48,6 +49,7 @@ from .images import (
     image_env_defaults,
     normalize_image_name,
 )
+from .init_watch import InitWatch
 from .injected import InjectedRuntime, check_bundle
 from .network import SandboxNetworking
 from .runc import ContainerState, Runc, kill_and_wait
@@ -92,6 +94,7 @@ class LocalBackend:
         self._init_binary: Path | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.network = SandboxNetworking(settings.network, self.layout)
+        self._init_watch = InitWatch(self._container_state)
         for folder in (self.layout.sandboxes, settings.runc_root):
             folder.mkdir(parents=True, exist_ok=True)
 
@@ -139,6 +142,12 @@ class LocalBackend:
                 )
             )
             self.network.forget_after_delete(sandbox_id)
+            self._init_watch.forget(sandbox_id)
+
+    async def failure(self, sandbox_id: str) -> BackendError | None:
+        """The sandbox's init died (the reaper marks it FAILED, fault infrastructure)."""
+        check_sandbox_id(sandbox_id)
+        return self._init_watch.failure(sandbox_id)
 
     async def update_network(self, sandbox_id: str, policy: NetworkPolicySpec) -> None:
         """Give a running sandbox a new network policy (``netpolicy``); effective on return."""
@@ -390,19 +399,23 @@ class LocalBackend:
         sandbox = self.layout.sandbox(sandbox_id)
         if self.runsc.owns(sandbox_id):
             self._delete_runsc(sandbox_id)
-        if self.runc.state_dir(sandbox_id).exists():
+        runc_state = self.runc.state_dir(sandbox_id)
+        if runc_state.exists():
             state = self.runc.state(sandbox_id)
-            stopped = False
-            if state is not None and state.running:
+            stopped = state is None or not state.running
+            if not stopped:
+                assert state is not None
                 stopped = kill_and_wait(state.init_pid, state.init_start_time)
-            try:
-                # A stopped container is deleted at once; --force would poll.
-                self.runc.delete(sandbox_id, force=not stopped)
-            except BackendError:
-                # runc cannot read its own state (a create killed half-way):
-                # kill what runs in the sandbox's cgroups and drop the state.
-                _kill_cgroup_processes(sandbox_id)
-                shutil.rmtree(self.runc.state_dir(sandbox_id), ignore_errors=True)
+            if not stopped:
+                try:
+                    self.runc.delete(sandbox_id, force=True)
+                except BackendError:
+                    # runc cannot read its own state (a create killed half-way):
+                    # kill what runs in the sandbox's cgroups; the state goes below.
+                    _kill_cgroup_processes(sandbox_id)
+            # Its init is dead, so the kernel kills the rest of its pid namespace:
+            # what ``runc delete`` would still do (rmdir the cgroups, drop the state
+            # dir) is done below without starting runc (~5 ms of CPU per sandbox).
         self.network.detach_sync(sandbox_id)
         if sandbox.dir.exists():
             overlay.unmount_overlay(sandbox.rootfs)
@@ -410,6 +423,9 @@ class LocalBackend:
         if leftover:
             _kill_cgroup_processes(sandbox_id)
             leftover = cgroups.remove_sandbox_cgroups(sandbox_id)
+        if not leftover:
+            # Last: while the state dir exists, list() still finds a half-deleted sandbox.
+            shutil.rmtree(runc_state, ignore_errors=True)
         shutil.rmtree(sandbox.dir, ignore_errors=True)
         if sandbox.dir.exists():
             raise BackendError.failure(f"delete {sandbox_id}: could not remove {sandbox.dir}")
