@@ -3,7 +3,9 @@
 Starts the node executor, the scheduler and the gateway (each ``python -m
 orchard.<service>``), waits for each to print its address, prints the endpoint
 and the dev API key file, writes ``<home>/run/gateway.addr`` (the gateway does),
-and serves until Ctrl-C or SIGTERM. Then it stops the gateway, the scheduler
+and serves until Ctrl-C or SIGTERM. A child that dies meanwhile is restarted
+on the same address, with backoff; one that crash-loops stops the whole stack
+(``_supervision.RestartPolicy`` says when and why). Then it stops the gateway, the scheduler
 (started with ``--delete-all-on-shutdown``, so every sandbox is deleted and
 nothing is left behind) and the executor, in that order.
 
@@ -22,13 +24,16 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from orchard.client import OrchardError
 from orchard.common.layout import NodeLayout, orchard_home
 from orchard.executor.initbin import ensure_init_binary
+
+from ._supervision import RestartPolicy
 
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 60.0
@@ -60,6 +65,10 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     log: IO[bytes]
+    module: str = ""
+    restart_args: list[str] = field(default_factory=list)
+    """The arguments of a restart: the first start's, with the address it bound pinned."""
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
 
 
 class StackError(OrchardError):
@@ -105,7 +114,7 @@ def _start(
         env=env,
         start_new_session=True,  # Ctrl-C reaches only us; we stop the children in order
     )
-    child = Child(name, process, log)
+    child = Child(name, process, log, module, args)
     try:
         return child, _wait_ready(child, log_path)
     except BaseException:
@@ -125,6 +134,43 @@ def _stop(child: Child) -> None:
     if child.process.stdout is not None:
         child.process.stdout.close()
     child.log.close()
+
+
+def _pinned(args: list[str], flag: str, address: str) -> list[str]:
+    """``args`` with ``flag``'s value replaced by ``address`` (a restart binds the same port)."""
+    out = list(args)
+    out[out.index(flag) + 1] = address
+    return out
+
+
+def _restart(child: Child, home: Path, env: dict[str, str], stopping: Callable[[], bool]) -> Child:
+    """Start ``child`` again after it died, waiting out its backoff; StackError when it crash-loops."""
+    _stop(child)
+    while True:
+        delay = child.policy.crashed()
+        if delay is None:
+            raise StackError(
+                f"{child.name} crashed {child.policy.recent_crashes} times in "
+                f"{child.policy.window_seconds:.0f} s; giving up (logs: {home / 'logs'})"
+            )
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline:
+            if stopping():
+                raise StackError(f"{child.name} not restarted: the stack is stopping")
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        try:
+            restarted, _ = _start(child.name, child.module, child.restart_args, home, env)
+        except StackError as err:
+            print(f"orchard: restarting {child.name} failed: {err}", file=sys.stderr, flush=True)
+            continue
+        restarted.policy = child.policy
+        print(
+            f"orchard: {child.name} restarted (pid {restarted.process.pid}, "
+            f"crash {child.policy.recent_crashes} in {child.policy.window_seconds:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return restarted
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -159,6 +205,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         executor, executor_addr = _start(
             "executor", "orchard.executor", ["--listen", "127.0.0.1:0", *metrics], home, env
         )
+        executor.restart_args = _pinned(executor.restart_args, "--listen", executor_addr)
         children.append(executor)
         scheduler, scheduler_addr = _start(
             "scheduler",
@@ -168,12 +215,22 @@ def cmd_up(args: argparse.Namespace) -> int:
             home,
             env,
         )  # fmt: skip
+        scheduler.restart_args = _pinned(scheduler.restart_args, "--listen", scheduler_addr)
         children.append(scheduler)
         gateway, endpoint = _start(
             "gateway", "orchard.gateway", ["--listen", f"{args.host}:{args.port}", "--scheduler", scheduler_addr,
                                            *metrics, *rest],
             home, env,
         )  # fmt: skip
+        gateway.restart_args = _pinned(
+            gateway.restart_args, "--listen", f"{args.host}:{endpoint.rsplit(':', 1)[1]}"
+        )
+        if rest:
+            gateway.restart_args = _pinned(
+                gateway.restart_args,
+                "--http-listen",
+                (layout.run / "gateway-http.addr").read_text().strip(),
+            )
         children.append(gateway)
         rewards, rewards_addr = _start(
             "rewards",
@@ -182,6 +239,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             home,
             env,
         )
+        rewards.restart_args = _pinned(rewards.restart_args, "--listen", rewards_addr)
         children.append(rewards)
         print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
         print(f"Dev API key: {home / 'dev-api-key'}", flush=True)
@@ -194,16 +252,23 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"Logs: {home / 'logs'}  (Ctrl-C stops the stack and deletes its sandboxes)", flush=True
         )
         code = 0
-        while not stopping:
-            dead = [c for c in children if c.process.poll() is not None]
-            if dead:
-                names = ", ".join(f"{c.name} (exit {c.process.returncode})" for c in dead)
+        while not stopping and code == 0:
+            for i, child in enumerate(children):
+                if child.process.poll() is None:
+                    continue
                 print(
-                    f"orchard: {names} stopped unexpectedly; shutting down (logs: {home / 'logs'})",
+                    f"orchard: {child.name} stopped unexpectedly (exit {child.process.returncode}); "
+                    f"restarting it (logs: {home / 'logs'})",
                     file=sys.stderr,
+                    flush=True,
                 )
-                code = 1
-                break
+                try:
+                    children[i] = _restart(child, home, env, lambda: stopping)
+                except StackError as err:
+                    if not stopping:
+                        print(f"orchard: {err}; shutting down", file=sys.stderr, flush=True)
+                        code = 1
+                    break
             time.sleep(0.2)
         return code
     finally:
