@@ -32,6 +32,11 @@ log = structlog.get_logger("orchard.gateway")
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # A restarted scheduler is reached again within a second (gRPC's default
+    # reconnect backoff grows to minutes: clients saw UNAVAILABLE for ~5 s).
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 SERVER_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
