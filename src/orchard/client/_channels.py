@@ -13,7 +13,7 @@ import asyncio
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
@@ -28,11 +28,12 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 ]
 
 StubT = TypeVar("StubT")
-SyncInterceptor = (
-    grpc.UnaryUnaryClientInterceptor
-    | grpc.UnaryStreamClientInterceptor
-    | grpc.StreamUnaryClientInterceptor
-    | grpc.StreamStreamClientInterceptor
+# grpc's interceptor classes are generic only in its stubs: keep the subscripts out of runtime.
+SyncInterceptor: TypeAlias = (
+    "grpc.UnaryUnaryClientInterceptor[Any, Any]"
+    " | grpc.UnaryStreamClientInterceptor[Any, Any]"
+    " | grpc.StreamUnaryClientInterceptor[Any, Any]"
+    " | grpc.StreamStreamClientInterceptor[Any, Any]"
 )
 
 _lock = threading.Lock()
