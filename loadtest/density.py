@@ -11,6 +11,9 @@ Per idle sandbox we report three honest views, since none alone is the truth:
 - **MemAvailable drop / N**: what the host can no longer give to anyone else;
   includes the kernel's side (page tables, slab for mounts, cgroups,
   namespaces, overlay inodes) and page cache that the idle sandboxes pinned.
+- **cgroup-charged / N**: ``memory.usage_in_bytes`` of the sandboxes' own memory
+  cgroups: their pages and the page cache and kernel objects charged to them,
+  scoped to them alone (MemAvailable moves with everything else on a shared box).
 - **Kernel deltas / N**: Slab, SUnreclaim, KernelStack, PageTables, Shmem from
   ``/proc/meminfo``, so the kernel's share is visible on its own.
 """
@@ -94,6 +97,23 @@ def service_pids(home: Path) -> dict[str, int]:
     return found
 
 
+def cgroup_charged_bytes(sandbox_ids: list[str]) -> int:
+    """Memory the kernel charged to the sandboxes' memory cgroups (their pages, page cache they
+    touched and, where kernel memory is accounted, slab): scoped to these sandboxes only, so
+    unlike MemAvailable it does not move with the rest of a shared machine."""
+    root = memory_cgroup_dir()
+    names = ("memory.usage_in_bytes", "memory.current")  # cgroup v1, v2
+    total = 0
+    for sid in sandbox_ids:
+        for name in names:
+            try:
+                total += int((root / sid / name).read_text())
+                break
+            except (OSError, ValueError):
+                continue
+    return total
+
+
 @dataclass
 class MemorySnapshot:
     """What the idle-cost figures are computed from (taken before and after N sandboxes)."""
@@ -112,6 +132,7 @@ def idle_cost(before: MemorySnapshot, sandbox_ids: list[str], home: Path) -> dic
     after = MemorySnapshot.take(home)
     pids = sandbox_pids(sandbox_ids)
     sandbox_pss = sum(pss_bytes(p) for p in pids)
+    charged = cgroup_charged_bytes(sandbox_ids)
     growth = {
         name: after.services_pss.get(name, 0) - before.services_pss.get(name, 0)
         for name in after.services_pss
@@ -124,6 +145,7 @@ def idle_cost(before: MemorySnapshot, sandbox_ids: list[str], home: Path) -> dic
         "executor_pss_share_mib": round(executor_share / n / MIB, 3),
         "pss_mib": round((sandbox_pss + executor_share) / n / MIB, 3),
         "services_growth_mib": {k: round(v / n / MIB, 3) for k, v in sorted(growth.items())},
+        "cgroup_charged_mib": round(charged / n / MIB, 3),
         "memavailable_drop_mib": round(
             (before.info["MemAvailable"] - after.info["MemAvailable"]) / n / MIB, 3
         ),
