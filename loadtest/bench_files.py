@@ -38,6 +38,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import uvloop
@@ -258,3 +259,81 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# -- through the SDK, on a real sandbox ----------------------------------------------
+
+
+def make_local_tree(root: Path, files: int, size: int) -> None:
+    """``files`` files of ``size`` bytes in 100 directories under ``root``."""
+    body = os.urandom(size)
+    for d in range(100):
+        (root / f"d{d:03d}").mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        (root / f"d{i % 100:03d}" / f"f{i:06d}.txt").write_bytes(body)
+
+
+def sdk_figures(
+    sb: Any, file_mib: int = 256, files: int = 10_000, file_bytes: int = 1024, repeat: int = 3
+) -> dict[str, object]:
+    """WriteFile/ReadFile of one big file and Upload/Download of a tree, through the public SDK.
+
+    The local side lives in /dev/shm, so the figures are the SDK, the wire, the
+    executor and the sandbox's filesystem, not this machine's local disk.
+    ``sb`` is an :class:`orchard.Sandbox` (sync).
+    """
+    size = file_mib << 20
+    block = os.urandom(CHUNK)
+    local = Path(tempfile.mkdtemp(prefix="orchard-bench-files-sdk-", dir="/dev/shm"))
+    try:
+        tree = local / "tree"
+        make_local_tree(tree, files, file_bytes)
+        w, r, u, d = [], [], [], []
+        for i in range(repeat):
+            payload = io.BufferedReader(_Repeat(block, size))  # type: ignore[arg-type]
+            t0 = time.perf_counter()
+            sb.write_file(f"/tmp/big{i}", payload)
+            w.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            got = sum(len(c) for c in sb.iter_file(f"/tmp/big{i}"))
+            r.append(time.perf_counter() - t0)
+            assert got == size, got
+            sb.exec(["rm", "-f", f"/tmp/big{i}"])
+            t0 = time.perf_counter()
+            count, _ = sb.upload(tree, f"/tmp/up{i}")
+            u.append(time.perf_counter() - t0)
+            assert count >= files, count
+            back = local / f"back{i}"
+            t0 = time.perf_counter()
+            sb.download(f"/tmp/up{i}", back)
+            d.append(time.perf_counter() - t0)
+            shutil.rmtree(back)
+            sb.exec(["rm", "-rf", f"/tmp/up{i}"])
+        return {
+            "write_MBps": summary(w, MB, size),
+            "read_MBps": summary(r, MB, size),
+            "upload_files_per_s": summary(u, 1, files),
+            "download_files_per_s": summary(d, 1, files),
+            "file_mib": file_mib,
+            "tree_files": files,
+            "repeat": repeat,
+        }
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+class _Repeat(io.RawIOBase):
+    """A readable of ``total`` bytes made of one block repeated (no 256 MiB buffer)."""
+
+    def __init__(self, block: bytes, total: int) -> None:
+        self.block = block
+        self.left = total
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.left, len(self.block))
+        buffer[:n] = self.block[:n]
+        self.left -= n
+        return n
