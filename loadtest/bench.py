@@ -5,8 +5,16 @@ runc containers) in a temporary home, then measures, through the public SDK:
 
 - ``exec``: N sequential ``sb.exec(["true"])`` round trips (after warm-up);
 - ``session``: N sequential ``session.run("true")`` in one persistent shell;
-- ``throughput``: exec/s with 64 concurrent streams (AsyncSandbox) into one sandbox;
+- ``throughput``: exec/s with 64 concurrent streams (AsyncSandbox) into one sandbox, from
+  one client process and (``throughput_2proc``) from 2 processes of 32 streams each, summed
+  (so the bench client's own CPU is not the limit);
 - ``create``: cold create of a sandbox (create returns READY), p50/p90, one at a time;
+- ``warm_claim``: ``Sandbox.create(template=...)`` answered from a warm pool (as
+  ``loadtest/bench_pool.py``), beside the cold creates of the same run;
+- ``proxy``: exec ``true`` direct vs through the gateway's data-plane proxy, alternating
+  rounds (``loadtest/bench_proxy.py``); overhead = paired p50 difference;
+- ``files``: a ``--file-mib`` file each way and a ``--files``-file tree each way through
+  the SDK (``loadtest/bench_files.py``'s ``sdk_figures``);
 
 and in the same run the peers from targets.md that can run here: the physical
 floor (``subprocess.run(["/bin/true"])``), SWE-ReX (``swerex-remote``
@@ -15,6 +23,7 @@ dockerd (``loadtest/peer_docker.py``; reported as skipped, with the reason,
 when dockerd cannot start). Prints one JSON object.
 
     .venv/bin/python loadtest/bench.py [--n 1000] [--creates 30] [--seconds 5] [--docker-n 100]
+        [--claims 50] [--proxy-rounds 10] [--file-mib 256] [--files 10000]
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import platform
 import subprocess
@@ -34,10 +44,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from loadtest.bench_files import sdk_figures
+from loadtest.bench_pool import wait_ready
+from loadtest.bench_proxy import proxy_overhead
 from loadtest.peer_docker import measure_docker
 from loadtest.peer_swerex import measure_swerex, percentiles
 from orchard import AsyncSandbox, Sandbox
 from tests.stack import running_stack
+
+POOL_TEMPLATE = "bench"
+POOL_MEMORY = 256 << 20
 
 
 def timed(n: int, warmup: int, call: Callable[[], object]) -> dict[str, float]:
@@ -56,10 +72,20 @@ def floor(n: int) -> dict[str, float]:
 
 
 def throughput(
-    endpoint: str, key: str, sandbox_id: str, concurrency: int, seconds: float
+    endpoint: str,
+    key: str,
+    sandbox_id: str,
+    concurrency: int,
+    seconds: float,
+    start_at: float | None = None,
 ) -> dict[str, Any]:
+    """Exec/s of ``concurrency`` streams for ``seconds`` (from wall time ``start_at`` if given)."""
+
     async def run() -> dict[str, Any]:
         sb = await AsyncSandbox.connect(sandbox_id, endpoint=endpoint, api_key=key)
+        await sb.exec(["true"])  # connect and warm before the clock
+        if start_at is not None:
+            await asyncio.sleep(max(0.0, start_at - time.time()))
         done = failures = 0
         deadline = time.perf_counter() + seconds
 
@@ -84,23 +110,104 @@ def throughput(
     return asyncio.run(run())
 
 
-def measure_orchard(
-    endpoint: str, key: str, n: int, creates: int, seconds: float
+def _throughput_worker(args: tuple[str, str, str, int, float, float]) -> dict[str, Any]:
+    return throughput(*args)
+
+
+def throughput_processes(
+    endpoint: str, key: str, sandbox_id: str, concurrency: int, seconds: float, processes: int
 ) -> dict[str, Any]:
+    """``concurrency`` streams split over ``processes`` client processes started together, summed."""
+    start_at = time.time() + 3.0  # after every process has imported, connected and warmed
+    share = concurrency // processes
+    jobs = [(endpoint, key, sandbox_id, share, seconds, start_at)] * processes
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        parts = pool.map(_throughput_worker, jobs)
+    return {
+        "concurrency": share * processes,
+        "processes": processes,
+        "exec_per_s": round(sum(p["exec_per_s"] for p in parts), 1),
+        "per_process": [p["exec_per_s"] for p in parts],
+        "failures": sum(p["failures"] for p in parts),
+    }
+
+
+def warm_claims(endpoint: str, key: str, claims: int) -> dict[str, Any]:
+    """``claims`` sequential claims from the ``bench`` template's warm pool (filled first)."""
+    auth = {"endpoint": endpoint, "api_key": key}
+    samples, claimed = [], []
+    for i in range(claims):
+        t0 = time.perf_counter()
+        claimed.append(Sandbox.create(template=POOL_TEMPLATE, env={"TASK": str(i)}, **auth))
+        samples.append((time.perf_counter() - t0) * 1000)
+    for sb in claimed:
+        sb.delete()
+    return percentiles(samples)
+
+
+def measure_orchard(endpoint: str, key: str, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    if args.claims > 0:
+        # The pool fills as the stack starts; wait, so its creates do not run beside
+        # the figures below.
+        auth = {"endpoint": endpoint, "api_key": key}
+        out["pool_fill_seconds"] = round(wait_ready(auth, POOL_TEMPLATE, args.claims, 300), 3)
+        time.sleep(1.0)
     create_ms = []
-    for _ in range(creates):
+    for _ in range(args.creates):
         t0 = time.perf_counter()
         sb = Sandbox.create(endpoint=endpoint, api_key=key)
         create_ms.append((time.perf_counter() - t0) * 1000)
         sb.delete()
     out["create"] = percentiles(create_ms)
     with Sandbox.create(endpoint=endpoint, api_key=key) as sb:
-        out["exec"] = timed(n, 100, lambda: sb.exec(["true"]))
+        out["exec"] = timed(args.n, 100, lambda: sb.exec(["true"]))
         with sb.session() as sh:
-            out["session"] = timed(n, 50, lambda: sh.run("true"))
-        out["throughput"] = throughput(endpoint, key, sb.id, 64, seconds)
+            out["session"] = timed(args.n, 50, lambda: sh.run("true"))
+        out["throughput"] = throughput(endpoint, key, sb.id, 64, args.seconds)
+        out["throughput_2proc"] = throughput_processes(endpoint, key, sb.id, 64, args.seconds, 2)
+        if args.proxy_rounds > 0:
+            out["proxy"] = proxy_overhead(endpoint, key, sb.id, args.proxy_rounds, 200)
+        if args.files > 0:
+            out["files"] = sdk_figures(sb, args.file_mib, args.files, repeat=args.files_repeat)
+    if args.claims > 0:
+        out["warm_claim"] = warm_claims(endpoint, key, args.claims)
     return out
+
+
+def targets(result: dict[str, Any]) -> dict[str, Any]:
+    """Each figure of issue 5 beside its target, and whether this run met it."""
+    orch = result.get("orchard", {})
+    checks: dict[str, tuple[Any, str, float]] = {}
+
+    def add(name: str, path: tuple[str, ...], op: str, target: float) -> None:
+        value: Any = orch
+        for key in path:
+            if not isinstance(value, dict) or key not in value:
+                return
+            value = value[key]
+        checks[name] = (value, op, target)
+
+    add("exec_p50_ms", ("exec", "p50_ms"), "<=", 1.5)
+    add("exec_p99_ms", ("exec", "p99_ms"), "<=", 10.0)
+    add("session_p50_ms", ("session", "p50_ms"), "<=", 3.0)
+    add("exec_per_s_64_streams", ("throughput", "exec_per_s"), ">=", 1500)
+    add("exec_per_s_64_streams_2proc", ("throughput_2proc", "exec_per_s"), ">=", 1500)
+    add("cold_create_p50_ms", ("create", "p50_ms"), "<=", 150)
+    add("warm_claim_p50_ms", ("warm_claim", "p50_ms"), "<=", 5)
+    add("proxy_overhead_p50_ms", ("proxy", "overhead_p50_ms"), "<=", 0.3)
+    add("file_write_MBps", ("files", "write_MBps", "median"), ">=", 300)
+    add("file_read_MBps", ("files", "read_MBps", "median"), ">=", 300)
+    add("tree_upload_files_per_s", ("files", "upload_files_per_s", "median"), ">=", 20_000)
+    add("tree_download_files_per_s", ("files", "download_files_per_s", "median"), ">=", 20_000)
+    return {
+        name: {
+            "value": value,
+            "target": f"{op} {target}",
+            "met": value <= target if op == "<=" else value >= target,
+        }
+        for name, (value, op, target) in checks.items()
+    }
 
 
 def main() -> None:
@@ -110,6 +217,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--creates", type=int, default=30)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--claims", type=int, default=50, help="warm claims (0: skip)")
+    parser.add_argument("--proxy-rounds", type=int, default=10, help="A/B rounds (0: skip)")
+    parser.add_argument("--file-mib", type=int, default=256)
+    parser.add_argument("--files", type=int, default=10_000, help="tree size (0: skip files)")
+    parser.add_argument("--files-repeat", type=int, default=3)
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument(
         "--docker-n", type=int, default=100, help="docker exec samples (0: skip docker)"
@@ -122,14 +234,21 @@ def main() -> None:
             "kernel": platform.release(),
             "python": platform.python_version(),
         },
+        "loadavg_before": round(os.getloadavg()[0], 2),
         "floor_subprocess_true": floor(args.n),
     }
-    with (
-        tempfile.TemporaryDirectory(prefix="orchard-bench-") as tmp,
-        running_stack(Path(tmp) / "home") as stack,
-    ):
-        key = (stack.home / "dev-api-key").read_text().strip()
-        result["orchard"] = measure_orchard(stack.endpoint, key, args.n, args.creates, args.seconds)
+    with tempfile.TemporaryDirectory(prefix="orchard-bench-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        if args.claims > 0:
+            (home / "templates.toml").write_text(
+                f"[templates.{POOL_TEMPLATE}]\nmemory_bytes = {POOL_MEMORY}\n"
+                f"min = {args.claims}\nmax = {args.claims}\n"
+            )
+        with running_stack(home) as stack:
+            key = (stack.home / "dev-api-key").read_text().strip()
+            result["orchard"] = measure_orchard(stack.endpoint, key, args)
+    result["loadavg_after"] = round(os.getloadavg()[0], 2)
     if not args.skip_peers:
         result["swerex"] = measure_swerex(args.n, min(args.n, 100))
         sw = result["swerex"]
@@ -149,6 +268,7 @@ def main() -> None:
                 result.setdefault("ratios", {})["exec_p50_docker_over_orchard"] = round(
                     result["docker"]["exec"]["p50_ms"] / result["orchard"]["exec"]["p50_ms"], 1
                 )
+    result["targets"] = targets(result)
     print(json.dumps(result, indent=2))
 
 
