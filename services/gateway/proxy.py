@@ -27,6 +27,7 @@ that goes away cancels the handler, which cancels the upstream call.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import re
@@ -55,6 +56,9 @@ HOP_HEADERS = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "gr
 ROUTE_TTL_SECONDS = 30.0
 MAX_ROUTES = 8192
 MAX_TOKEN_CHARS = 1024
+MAX_UPSTREAM_CHANNELS = 512
+# A retired channel's calls in flight get this long before they are cancelled.
+RETIRE_GRACE_SECONDS = 600.0
 UPSTREAM_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
@@ -214,11 +218,32 @@ class Routes:
 
 
 class Upstreams:
-    """One grpc.aio channel per executor address, and its bytes multicallables."""
+    """One grpc.aio channel per executor address, and its bytes multicallables.
 
-    def __init__(self) -> None:
+    Bounded: an injected runtime gives every sandbox its own executor address,
+    so past ``max_channels`` the oldest channel is retired (closed with a grace
+    period for the calls still on it; the next call to that address opens a
+    new one).
+    """
+
+    def __init__(self, max_channels: int = MAX_UPSTREAM_CHANNELS) -> None:
+        self.max_channels = max_channels
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._calls: dict[tuple[str, str], Any] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    def _retire_oldest(self) -> None:
+        address = next(iter(self._channels))
+        channel = self._channels.pop(address)
+        for key in [k for k in self._calls if k[0] == address]:
+            del self._calls[key]
+        task = asyncio.ensure_future(channel.close(RETIRE_GRACE_SECONDS))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    @property
+    def open_channels(self) -> int:
+        return len(self._channels)
 
     def call(self, address: str, full_method: str, kind: str) -> Any:
         key = (address, full_method)
@@ -226,6 +251,8 @@ class Upstreams:
         if call is None:
             channel = self._channels.get(address)
             if channel is None:
+                if len(self._channels) >= self.max_channels:
+                    self._retire_oldest()
                 channel = self._channels[address] = grpc.aio.insecure_channel(
                     address, options=UPSTREAM_OPTIONS
                 )
@@ -241,6 +268,8 @@ class Upstreams:
         self._calls.clear()
         for channel in channels:
             await channel.close(None)
+        for task in list(self._retiring):
+            task.cancel()
 
 
 def forwarded_metadata(metadata: Any) -> tuple[tuple[str, Any], ...]:
