@@ -42,7 +42,7 @@ from ..base import (
     valid_sandbox_id,
 )
 from ..netpolicy.policy import NetworkPolicySpec
-from . import cgroups, init_socket, injected, oci_config, overlay
+from . import cgroups, init_socket, injected, oci_config, overlay, scratch
 from .images import (
     ImageStore,
     StoredImage,
@@ -299,9 +299,15 @@ class LocalBackend:
     def _start(
         self, sandbox: SandboxLayout, spec: SandboxSpec, image: StoredImage, init_binary: Path
     ) -> BackendSandbox:
-        for folder in (sandbox.rootfs, sandbox.upper, sandbox.work):
-            folder.mkdir()
-        overlay.mount_overlay(sandbox.rootfs, image.layer_paths, sandbox.upper, sandbox.work)
+        sandbox.rootfs.mkdir()
+        if self.settings.sandbox_disk_bytes:
+            scratch.mount_overlay_on_tmpfs(
+                sandbox.rootfs, image.layer_paths, self.settings.sandbox_disk_bytes
+            )
+        else:
+            for folder in (sandbox.upper, sandbox.work):
+                folder.mkdir()
+            overlay.mount_overlay(sandbox.rootfs, image.layer_paths, sandbox.upper, sandbox.work)
         bundle = self._bundle_for(spec.runtime_class)
         inject = None if bundle is None else InjectedRuntime(check_bundle(bundle), sandbox)
         gvisor = spec.runtime_class == RUNTIME_RUNSC

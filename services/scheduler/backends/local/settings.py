@@ -20,6 +20,23 @@ RUNTIME_RUNSC = "runsc"
 LOCAL_RUNTIME_CLASSES = ("", RUNTIME_RUNC, RUNTIME_INJECTED, RUNTIME_RUNSC)
 
 
+DEFAULT_SANDBOX_DISK_BYTES = 1 << 30
+
+
+def sandbox_disk_bytes_from_env() -> int:
+    """``ORCHARD_SANDBOX_DISK_BYTES`` (bytes; 0 = no tmpfs), else the default 1 GiB."""
+    raw = os.environ.get("ORCHARD_SANDBOX_DISK_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_SANDBOX_DISK_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"ORCHARD_SANDBOX_DISK_BYTES must be a byte count, not {raw!r}") from None
+    if value < 0:
+        raise ValueError("ORCHARD_SANDBOX_DISK_BYTES must be >= 0")
+    return value
+
+
 @dataclass(frozen=True)
 class LocalSettings:
     home: Path
@@ -44,6 +61,10 @@ class LocalSettings:
     build`` prints it); each sandbox then runs its own executor from it, mounted
     read-only, reached at ``unix:<sandbox folder>/run/executor.sock``. None: the
     node executor serves every sandbox."""
+    sandbox_disk_bytes: int = field(default_factory=sandbox_disk_bytes_from_env)
+    """Each sandbox's folder (overlay upper/work, its files) is a tmpfs of this size: its
+    disk quota, in memory and charged to its memory cgroup (``scratch.py``); 0 = the
+    folder stays on the home's filesystem, uncapped ($ORCHARD_SANDBOX_DISK_BYTES)."""
     executor_start_timeout: float = 30.0
     """Injected mode: how long a create waits for the sandbox's executor to serve."""
 

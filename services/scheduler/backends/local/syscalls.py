@@ -48,3 +48,96 @@ def umount(target: str, *, lazy: bool = False) -> bool:
     if err in (errno.EINVAL, errno.ENOENT):
         return False
     raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+# The new mount API (Linux 5.2+; layers by fd for overlayfs: 6.13+), x86_64 numbers.
+SYS_MOVE_MOUNT = 429
+SYS_FSOPEN = 430
+SYS_FSCONFIG = 431
+SYS_FSMOUNT = 432
+FSOPEN_CLOEXEC = 0x1
+FSMOUNT_CLOEXEC = 0x1
+FSCONFIG_SET_FLAG = 0
+FSCONFIG_SET_STRING = 1
+FSCONFIG_SET_FD = 5
+FSCONFIG_CMD_CREATE = 6
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+AT_FDCWD = -100
+_libc.syscall.restype = ctypes.c_long
+
+
+def _checked(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def fsopen(fstype: str) -> int:
+    """A filesystem context fd for ``fstype`` (close-on-exec)."""
+    return _checked(
+        _libc.syscall(ctypes.c_long(SYS_FSOPEN), fstype.encode(), ctypes.c_uint(FSOPEN_CLOEXEC)),
+        f"fsopen {fstype}",
+    )
+
+
+def fsconfig_flag(context: int, key: str) -> None:
+    _checked(
+        _libc.syscall(
+            ctypes.c_long(SYS_FSCONFIG), ctypes.c_int(context), ctypes.c_uint(FSCONFIG_SET_FLAG),
+            key.encode(), None, ctypes.c_int(0),
+        ),
+        f"fsconfig {key}",
+    )  # fmt: skip
+
+
+def fsconfig_string(context: int, key: str, value: str) -> None:
+    _checked(
+        _libc.syscall(
+            ctypes.c_long(SYS_FSCONFIG), ctypes.c_int(context), ctypes.c_uint(FSCONFIG_SET_STRING),
+            key.encode(), value.encode(), ctypes.c_int(0),
+        ),
+        f"fsconfig {key}={value}",
+    )  # fmt: skip
+
+
+def fsconfig_fd(context: int, key: str, fd: int) -> None:
+    _checked(
+        _libc.syscall(
+            ctypes.c_long(SYS_FSCONFIG), ctypes.c_int(context), ctypes.c_uint(FSCONFIG_SET_FD),
+            key.encode(), None, ctypes.c_int(fd),
+        ),
+        f"fsconfig {key} (fd)",
+    )  # fmt: skip
+
+
+def fsconfig_create(context: int) -> None:
+    _checked(
+        _libc.syscall(
+            ctypes.c_long(SYS_FSCONFIG), ctypes.c_int(context), ctypes.c_uint(FSCONFIG_CMD_CREATE),
+            None, None, ctypes.c_int(0),
+        ),
+        "fsconfig create",
+    )  # fmt: skip
+
+
+def fsmount(context: int) -> int:
+    """A detached mount of the created filesystem: in no namespace's mount table."""
+    return _checked(
+        _libc.syscall(
+            ctypes.c_long(SYS_FSMOUNT), ctypes.c_int(context), ctypes.c_uint(FSMOUNT_CLOEXEC),
+            ctypes.c_uint(0),
+        ),
+        "fsmount",
+    )  # fmt: skip
+
+
+def move_mount(mount_fd: int, target: str) -> None:
+    """Attach the detached mount ``mount_fd`` at ``target``."""
+    _checked(
+        _libc.syscall(
+            ctypes.c_long(SYS_MOVE_MOUNT), ctypes.c_int(mount_fd), b"", ctypes.c_int(AT_FDCWD),
+            target.encode(), ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+        ),
+        f"move_mount to {target}",
+    )  # fmt: skip
