@@ -178,10 +178,17 @@ class Routes:
     def forget(self, token: str) -> None:
         self._routes.pop(token, None)
 
-    async def route(self, token: str) -> Route:
+    def cached(self, token: str) -> Route | None:
+        """The remembered route, if still fresh (no await: the per-call path)."""
         route = self._routes.get(token)
         if route is not None and route.expires > self._clock():
             return route
+        return None
+
+    async def route(self, token: str) -> Route:
+        return self.cached(token) or await self._lookup(token)
+
+    async def _lookup(self, token: str) -> Route:
         sandbox_id, tenant = sandbox_and_tenant(token, self._signer)
         try:
             sandbox = await self._get(
@@ -306,7 +313,7 @@ class DataPlaneProxy:
     async def _target(self, context: Context, full_method: str, kind: str) -> tuple[Any, Any, str]:
         metadata = context.invocation_metadata()
         token = bearer_of(metadata)
-        route = await self.routes.route(token)
+        route = self.routes.cached(token) or await self.routes.route(token)
         return self.upstreams.call(route.address, full_method, kind), metadata, token
 
     def _on_upstream_error(self, token: str, exc: grpc.aio.AioRpcError) -> None:
