@@ -35,6 +35,7 @@ from orchard.common.tokens import TokenSigner
 from orchard.common.tracing import span
 
 from .backends.base import CLAIMED_ELSEWHERE, Backend, BackendError, BackendSandbox, SandboxSpec
+from .disk_full import disk_full_error, says_disk_full
 from .ids import new_sandbox_id
 from .network_policies import NetworkPolicyTable, mode_name
 from .settings import SchedulerSettings
@@ -474,6 +475,8 @@ def _teardown_outcome(task: asyncio.Task[None]) -> None:
 def failed_create_error(rec: SandboxRecord) -> ServiceError:
     """The error a create answers with when its sandbox ended FAILED."""
     message = f"sandbox {rec.id} failed: {rec.state_reason}"
+    if says_disk_full(rec.state_reason):
+        return disk_full_error(message)
     if rec.fault == "client":
         if rec.error_reason == "IMAGE_NOT_FOUND":
             return ServiceError(grpc.StatusCode.NOT_FOUND, "IMAGE_NOT_FOUND", message)

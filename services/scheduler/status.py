@@ -18,6 +18,8 @@ import structlog
 
 from orchard.common.errors import ServiceError
 
+from .disk_full import disk_full_error, is_disk_full
+
 log = structlog.get_logger("orchard.scheduler")
 
 Req = TypeVar("Req")
@@ -44,7 +46,10 @@ def reports_errors(method: Handler[Self, Req, Resp]) -> Handler[Self, Req, Resp]
             await abort_with(context, exc)
         except grpc.aio.AbortError:
             raise
-        except Exception:
+        except Exception as exc:
+            if is_disk_full(exc):
+                log.error("disk full", rpc=method.__name__, error=str(exc))
+                await abort_with(context, disk_full_error(str(exc)))
             log.exception("unexpected error", rpc=method.__name__)
             await abort_with(
                 context,
