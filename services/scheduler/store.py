@@ -285,6 +285,20 @@ class SandboxStore:
         sql += " ORDER BY created_at, id"
         return [self._row(r) for r in self._db.execute(sql, args).fetchall()]
 
+    def usage(self, tenant: str, states: Iterable[State]) -> tuple[int, int, int]:
+        """(sandboxes, cpu millis, memory bytes) of ``tenant``'s records in ``states``.
+
+        One aggregate over the (tenant, state) index: a quota check per create must not
+        build a record for every live sandbox (that made N creates cost O(N^2)).
+        """
+        wanted = [int(s) for s in states]
+        row = self._db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(cpu_millis), 0), COALESCE(SUM(memory_bytes), 0)"
+            f" FROM sandboxes WHERE tenant = ? AND state IN ({','.join('?' * len(wanted))})",
+            (tenant, *wanted),
+        ).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
     def expired(self, now: float) -> list[SandboxRecord]:
         """Sandboxes past their expiry that still hold (or may hold) a container."""
         rows = self._db.execute(

@@ -66,16 +66,14 @@ def check_create_quota(
         return
     if request_id and store.get_by_request(tenant, request_id) is not None:
         return  # a retried create returns the sandbox it already made: nothing new is taken
-    live = store.find(tenant=tenant, states=COUNTED_STATES)
+    live, cpu, memory = store.usage(tenant, COUNTED_STATES)
     over: list[tuple[str, str]] = []
-    if quota.max_sandboxes and len(live) + 1 > quota.max_sandboxes:
-        over.append(("max_sandboxes", f"{len(live)} of {quota.max_sandboxes} sandboxes in use"))
-    cpu = sum(r.cpu_millis for r in live)
+    if quota.max_sandboxes and live + 1 > quota.max_sandboxes:
+        over.append(("max_sandboxes", f"{live} of {quota.max_sandboxes} sandboxes in use"))
     if quota.max_cpu_millis and cpu + cpu_millis > quota.max_cpu_millis:
         over.append(
             ("max_cpu_millis", f"{cpu}m + {cpu_millis}m cpu > {quota.max_cpu_millis}m allowed")
         )
-    memory = sum(r.memory_bytes for r in live)
     if quota.max_memory_bytes and memory + memory_bytes > quota.max_memory_bytes:
         over.append(
             (
