@@ -51,7 +51,7 @@ TENANT_KEY = "orchard-tenant"
 PASSED_TRAILERS = (REASON_KEY, FAULT_KEY, RETRY_AFTER_KEY)
 # Metadata that belongs to one hop, not to the call.
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-HOP_HEADERS = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding"})
+HOP_HEADERS = frozenset({"user-agent", "te", "content-type"})
 # How long an executor address is trusted without asking the scheduler again.
 ROUTE_TTL_SECONDS = 30.0
 MAX_ROUTES = 8192
@@ -280,9 +280,12 @@ class Upstreams:
 
 
 def forwarded_metadata(metadata: Any) -> tuple[tuple[str, Any], ...]:
-    """The caller's metadata without per-hop transport headers."""
+    """The caller's metadata without per-hop transport headers (``grpc-*`` is gRPC's own:
+    the deadline and encodings are set afresh on the upstream call)."""
     return tuple(
-        (k, v) for k, v in (metadata or ()) if k not in HOP_HEADERS and not k.startswith(":")
+        (k, v)
+        for k, v in (metadata or ())
+        if k not in HOP_HEADERS and not k.startswith((":", "grpc-"))
     )
 
 

@@ -60,6 +60,7 @@ def test_forwarded_metadata_drops_hop_headers() -> None:
         ("user-agent", "grpc-python"),
         ("x-request-id", "r1"),
         (":authority", "gw"),
+        ("grpc-accept-encoding", "gzip"),
         ("traceparent", "00-abc"),
     )
     assert forwarded_metadata(given) == (
