@@ -225,17 +225,19 @@ def test_infinite_loop_sigterm_ignorers_and_setsid_escapes(
 def test_disk_fill(stack: Stack, attacker: Sandbox, neighbour: Sandbox) -> None:
     """No disk quota today: a fill is bounded only by the host filesystem. Bounded here to
     512 MiB so the test itself cannot fill the host; reports what limited it."""
-    r, _ = _under_attack(
-        "disk fill (512 MiB into /tmp)",
-        neighbour,
-        stack,
-        lambda: attacker.exec(
-            "dd if=/dev/zero of=/tmp/fill bs=1M count=512 2>&1 | tail -1; df -k /tmp | tail -1",
-            timeout=60,
-        ),
-    )
-    RESULTS["disk fill (512 MiB into /tmp)"]["df_inside"] = r.stdout_text.strip()
-    attacker.exec("rm -f /tmp/fill")
+    try:
+        r, _ = _under_attack(
+            "disk fill (512 MiB into /tmp)",
+            neighbour,
+            stack,
+            lambda: attacker.exec(
+                "dd if=/dev/zero of=/tmp/fill bs=1M count=512 2>&1 | tail -1; df -k /tmp | tail -1",
+                timeout=60,
+            ),
+        )
+        RESULTS["disk fill (512 MiB into /tmp)"]["df_inside"] = r.stdout_text.strip()
+    finally:  # the fill's dirty pages count against the attacker's 256 MiB for later tests
+        attacker.exec("rm -f /tmp/fill")
     assert attacker.exec("echo alive").stdout == b"alive\n"
 
 
