@@ -1,7 +1,7 @@
 """Liveness under load: a separate client that creates a fresh sandbox and runs one command.
 
 While Locust's users hammer the stack, this runs in the driver's process (not
-Locust's), every ``interval`` seconds: cold ``Sandbox.create`` + ``exec("echo
+Locust's), with its own tenant's key, every ``interval`` seconds: cold ``Sandbox.create`` + ``exec("echo
 alive")`` + delete, timing the create + exec (the target: under 1 s). A probe
 that fails records its error; the count of probes over the target is reported.
 """
