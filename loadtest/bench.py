@@ -175,6 +175,28 @@ def measure_orchard(endpoint: str, key: str, args: argparse.Namespace) -> dict[s
     return out
 
 
+def file_ratios(result: dict[str, Any]) -> None:
+    """Orchard's file figures over each peer's, where the peer has the same operation."""
+    files = result.get("orchard", {}).get("files")
+    if not files:
+        return
+    ours = {
+        "upload_MBps": files["write_MBps"]["median"],
+        "download_MBps": files["read_MBps"]["median"],
+        "upload_files_per_s": files["upload_files_per_s"]["median"],
+        "download_files_per_s": files["download_files_per_s"]["median"],
+    }
+    peers = {
+        "swerex": result.get("swerex", {}).get("files"),
+        "docker": result.get("docker", {}).get("cp"),
+    }
+    ratios = result.setdefault("ratios", {})
+    for peer, theirs in peers.items():
+        for key, value in (theirs or {}).items():
+            if key in ours and isinstance(value, (int, float)) and value > 0:
+                ratios[f"{key}_orchard_over_{peer}"] = round(ours[key] / value, 1)
+
+
 def targets(result: dict[str, Any]) -> dict[str, Any]:
     """Each figure of issue 5 beside its target, and whether this run met it."""
     orch = result.get("orchard", {})
@@ -222,6 +244,9 @@ def main() -> None:
     parser.add_argument("--file-mib", type=int, default=256)
     parser.add_argument("--files", type=int, default=10_000, help="tree size (0: skip files)")
     parser.add_argument("--files-repeat", type=int, default=3)
+    parser.add_argument(
+        "--no-peer-files", dest="peer_files", action="store_false", help="peers: exec only"
+    )
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument(
         "--docker-n", type=int, default=100, help="docker exec samples (0: skip docker)"
@@ -250,7 +275,9 @@ def main() -> None:
             result["orchard"] = measure_orchard(stack.endpoint, key, args)
     result["loadavg_after"] = round(os.getloadavg()[0], 2)
     if not args.skip_peers:
-        result["swerex"] = measure_swerex(args.n, min(args.n, 100))
+        result["swerex"] = measure_swerex(
+            args.n, min(args.n, 100), args.file_mib, args.files if args.peer_files else 0
+        )
         sw = result["swerex"]
         if "execute" in sw:
             orch = result["orchard"]
@@ -263,11 +290,14 @@ def main() -> None:
                 ),
             }
         if args.docker_n > 0:
-            result["docker"] = measure_docker(args.docker_n)
+            result["docker"] = measure_docker(
+                args.docker_n, file_mib=args.file_mib, files=args.files if args.peer_files else 0
+            )
             if "exec" in result["docker"]:
                 result.setdefault("ratios", {})["exec_p50_docker_over_orchard"] = round(
                     result["docker"]["exec"]["p50_ms"] / result["orchard"]["exec"]["p50_ms"], 1
                 )
+        file_ratios(result)
     result["targets"] = targets(result)
     print(json.dumps(result, indent=2))
 

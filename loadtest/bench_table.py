@@ -90,6 +90,16 @@ def render(result: dict[str, Any]) -> str:
             f"**{files['download_files_per_s']['median']} files/s** (targets 300 MB/s and "
             "20,000 files/s each way)."
         )
+    peer_files = [
+        f"{name} {figures}"
+        for name, figures in (
+            ("SWE-ReX upload", sw.get("files")),
+            ("`docker cp`", dk.get("cp")),
+        )
+        if figures
+    ]
+    if peer_files:
+        out.append("- Peers' files, same run: " + "; ".join(peer_files) + ".")
     ratios = result.get("ratios", {})
     if ratios:
         out.append(
@@ -98,7 +108,7 @@ def render(result: dict[str, Any]) -> str:
             + "."
         )
     out.append(
-        f"- Load average at start / end: {result.get('loadavg_before')} / "
+        f"- Load average before / after Orchard's figures: {result.get('loadavg_before')} / "
         f"{result.get('loadavg_after')} (2 cores)."
     )
     return "\n".join(out)

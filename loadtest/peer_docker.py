@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from loadtest.peer_swerex import percentiles
+from loadtest.peer_swerex import local_files, percentiles
 
 DOCKERD = "/usr/sbin/dockerd"
 # Debian's client; /usr/local/bin may hold an unrelated `docker`.
@@ -125,8 +125,43 @@ def _remove_tree(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def measure_docker(n: int, rootfs: Path = DEFAULT_ROOTFS) -> dict[str, Any]:
-    """p50/p90/p99 of ``docker exec ID true``, or ``{"skipped": why}``."""
+def _cp_figures(sock: str, container: str, file_mib: int, files: int) -> dict[str, Any]:
+    """``docker cp`` of one file and of a tree, each way (the local side on /dev/shm).
+
+    The container's writable layer is dockerd's overlay2 under its data root
+    in /tmp, i.e. on this machine's disk.
+    """
+    local = Path(tempfile.mkdtemp(prefix="docker-cp-", dir="/dev/shm"))
+    try:
+        big, tree = local_files(local, file_mib, files)
+
+        def timed_cp(src: str, dst: str) -> float:
+            t0 = time.perf_counter()
+            _cli(sock, "cp", src, dst, timeout=600)
+            return time.perf_counter() - t0
+
+        mb = file_mib * (1 << 20) / 1e6
+        up_file = timed_cp(str(big), f"{container}:/tmp/big.bin")
+        down_file = timed_cp(f"{container}:/tmp/big.bin", str(local / "big.back"))
+        up_tree = timed_cp(str(tree), f"{container}:/tmp/tree")
+        down_tree = timed_cp(f"{container}:/tmp/tree", str(local / "tree.back"))
+        back = sum(len(names) for _, _, names in os.walk(local / "tree.back"))
+        assert back == files, back
+        return {
+            "upload_MBps": round(mb / up_file, 1),
+            "download_MBps": round(mb / down_file, 1),
+            "upload_files_per_s": round(files / up_tree, 1),
+            "download_files_per_s": round(files / down_tree, 1),
+        }
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def measure_docker(
+    n: int, rootfs: Path = DEFAULT_ROOTFS, file_mib: int = 0, files: int = 0
+) -> dict[str, Any]:
+    """p50/p90/p99 of ``docker exec ID true`` (and ``docker cp`` figures when ``files``),
+    or ``{"skipped": why}``."""
     try:
         with private_dockerd() as sock:
             if not rootfs.is_dir():
@@ -149,10 +184,14 @@ def measure_docker(n: int, rootfs: Path = DEFAULT_ROOTFS) -> dict[str, Any]:
                     subprocess.run(exec_true, check=True, capture_output=True)
                     samples.append((time.perf_counter() - t0) * 1000)
                 version = _cli(sock, "version", "--format", "{{.Server.Version}}")
+                cp = _cp_figures(sock, container, file_mib, files) if files > 0 else None
             finally:
                 with contextlib.suppress(DockerUnavailable, subprocess.TimeoutExpired):
                     _cli(sock, "rm", "-f", container, timeout=60)
-            return {"exec": percentiles(samples), "server_version": version}
+            out: dict[str, Any] = {"exec": percentiles(samples), "server_version": version}
+            if cp is not None:
+                out["cp"] = cp
+            return out
     except (DockerUnavailable, OSError, subprocess.SubprocessError) as exc:
         return {"skipped": str(exc)}
 

@@ -20,11 +20,18 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from swerex.runtime.abstract import BashAction, Command, CreateBashSessionRequest
+from swerex.runtime.abstract import (
+    BashAction,
+    Command,
+    CreateBashSessionRequest,
+    UploadRequest,
+)
 from swerex.runtime.remote import RemoteRuntime
 
 
@@ -54,7 +61,53 @@ async def _timed(n: int, warmup: int, call: Callable[[], Awaitable[Any]]) -> dic
     return percentiles(samples)
 
 
-async def _measure(port: int, token: str, n: int, session_n: int) -> dict[str, Any]:
+def local_files(root: Path, file_mib: int, files: int) -> tuple[Path, Path]:
+    """A ``file_mib`` MiB file and a ``files``-file tree (1 KiB each, 100 folders) under ``root``."""
+    big = root / "big.bin"
+    block = os.urandom(1 << 20)
+    with open(big, "wb") as f:
+        for _ in range(file_mib):
+            f.write(block)
+    tree = root / "tree"
+    body = os.urandom(1024)
+    for d in range(100):
+        (tree / f"d{d:03d}").mkdir(parents=True)
+    for i in range(files):
+        (tree / f"d{i % 100:03d}" / f"f{i:06d}.txt").write_bytes(body)
+    return big, tree
+
+
+async def _files(runtime: RemoteRuntime, file_mib: int, files: int) -> dict[str, Any]:
+    """SWE-ReX's upload of one file and of a tree (it zips, the server unzips), into /dev/shm.
+
+    SWE-ReX has no binary download (``read_file`` returns text), so only the
+    upload direction is measured.
+    """
+    local = Path(tempfile.mkdtemp(prefix="swerex-files-src-", dir="/dev/shm"))
+    remote = Path(tempfile.mkdtemp(prefix="swerex-files-dst-", dir="/dev/shm"))
+    try:
+        big, tree = local_files(local, file_mib, files)
+        t0 = time.perf_counter()
+        await runtime.upload(UploadRequest(source_path=str(big), target_path=str(remote / "big")))
+        file_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        await runtime.upload(UploadRequest(source_path=str(tree), target_path=str(remote / "t")))
+        tree_s = time.perf_counter() - t0
+        landed = sum(len(names) for _, _, names in os.walk(remote / "t"))
+        assert landed == files, landed
+        return {
+            "upload_MBps": round(file_mib * (1 << 20) / 1e6 / file_s, 1),
+            "upload_files_per_s": round(files / tree_s, 1),
+            "download": "not offered (read_file returns text)",
+        }
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+        shutil.rmtree(remote, ignore_errors=True)
+
+
+async def _measure(
+    port: int, token: str, n: int, session_n: int, file_mib: int = 0, files: int = 0
+) -> dict[str, Any]:
     runtime = RemoteRuntime(host="http://127.0.0.1", port=port, auth_token=token)
     deadline = time.monotonic() + 30
     while not await runtime.is_alive():
@@ -78,11 +131,15 @@ async def _measure(port: int, token: str, n: int, session_n: int) -> dict[str, A
         "execute": await _timed(n, 50, execute),
         "session": await _timed(session_n, 5, session_run),
     }
+    if files > 0:
+        out["files"] = await _files(runtime, file_mib, files)
     await runtime.close()
     return out
 
 
-def measure_swerex(n: int = 1000, session_n: int = 100) -> dict[str, Any]:
+def measure_swerex(
+    n: int = 1000, session_n: int = 100, file_mib: int = 0, files: int = 0
+) -> dict[str, Any]:
     """Start swerex-remote on a free loopback port, measure, stop it."""
     exe = shutil.which("swerex-remote", path=os.path.dirname(sys.executable)) or shutil.which(
         "swerex-remote"
@@ -96,7 +153,7 @@ def measure_swerex(n: int = 1000, session_n: int = 100) -> dict[str, Any]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        return asyncio.run(_measure(port, token, n, session_n))
+        return asyncio.run(_measure(port, token, n, session_n, file_mib, files))
     finally:
         proc.terminate()
         try:
