@@ -7,6 +7,8 @@ raw stubs on the gateway channel, so the wire behaviour is checked too.
 
 from __future__ import annotations
 
+import json
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -212,3 +214,22 @@ def test_many_streams_at_once_through_proxy(proxied: Sandbox) -> None:
     for t in threads:
         t.join(30)
     assert results == {i: f"{i}\n".encode() for i in range(32)}
+
+
+def test_metadata_reaches_the_executor(gw: GatewayStack, direct_sb: Sandbox) -> None:
+    """The caller's trace context goes through the proxy: the executor's span joins the
+    caller's trace as a direct child (the gateway adds no span for a pass-through)."""
+    stub = gateway_stub(gw)
+    token = access_of(gw, direct_sb.id, dev_key(gw)).token
+    trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
+    metadata = (*bearer(token), ("traceparent", f"00-{trace_id}-{parent_id}-01"))
+    stub.Run(run_request(direct_sb.id, "true"), metadata=metadata)
+    deadline = time.monotonic() + 10
+    spans: list[dict[str, object]] = []
+    while not spans and time.monotonic() < deadline:
+        time.sleep(0.2)
+        lines = (gw.home / "traces.jsonl").read_text().splitlines()
+        spans = [s for s in map(json.loads, filter(str.strip, lines)) if s["trace_id"] == trace_id]
+    assert [(s["service"], s["name"], s["parent_id"]) for s in spans] == [
+        ("orchard-executor", "orchard.v1.ExecutorService/Run", parent_id)
+    ]
