@@ -449,9 +449,20 @@ def test_delete_everything_leaves_nothing(faults: Faults) -> None:
     live = [i for i, (state, _, _) in rows.items() if state in ("READY", "CLAIMED", "FAILED")]
     load.sandboxes = [LoadSandbox(i, "", "") for i in live]
     deleted = load.delete_all()
-    assert wait_until(lambda: sum(leaks(faults.home, every).values()) == 0, 30)
+    started = time.monotonic()
+    wait_until(lambda: sum(leaks(faults.home, every).values()) == 0, 30, 0.25)
     left = leaks(faults.home, every)
-    result = {"deleted": deleted, "of": len(live), "sandboxes_ever": len(every), "leaks": left}
+    result = {
+        "deleted": deleted,
+        "of": len(live),
+        "sandboxes_ever": len(every),
+        "leaks": left,
+        "teardown_done_after_s": round(time.monotonic() - started, 2),
+        "left_ids": sorted(i for i in every if (faults.home / "sandboxes" / i).exists())[:5],
+        "left_rows": {
+            i: row for i, row in store_rows(faults.home).items() if row[0] not in ("DELETED",)
+        },
+    }
     faults.save("delete_all", result)
     assert deleted == len(live)
     assert left == dict.fromkeys(left, 0), left

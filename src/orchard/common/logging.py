@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 from opentelemetry import trace
@@ -33,6 +33,33 @@ def _add_trace_ids(
         event.setdefault("trace_id", format(ctx.trace_id, "032x"))
         event.setdefault("span_id", format(ctx.span_id, "016x"))
     return event
+
+
+class LossyStream:
+    """A log stream that drops what it cannot write instead of raising.
+
+    ``orchard up`` sends each service's stderr to ``<home>/logs``; when that disk
+    is full a write raises ENOSPC, and a raising log call turned every RPC that
+    logged into UNKNOWN "Unexpected OSError". A lost log line is never worth
+    failing the call that logs it; ``dropped`` counts what was lost.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.dropped = 0
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            self.dropped += 1
+            return 0
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self.dropped += 1
 
 
 def configure_logging(service: str, level: int = logging.INFO) -> None:
@@ -55,7 +82,7 @@ def configure_logging(service: str, level: int = logging.INFO) -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(LossyStream(sys.stderr)),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
 
