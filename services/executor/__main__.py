@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 from pathlib import Path
 
@@ -41,6 +42,20 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
         "--max-output-mib", type=int, default=16, help="default per-stream output cap, MiB"
     )
     parser.add_argument(
+        "--stream-idle-seconds",
+        type=float,
+        default=float(os.environ.get("ORCHARD_STREAM_IDLE_SECONDS") or 300),
+        help="end a request stream that sends nothing for this long (default 300, "
+        "$ORCHARD_STREAM_IDLE_SECONDS)",
+    )
+    parser.add_argument(
+        "--max-small-messages",
+        type=int,
+        default=int(os.environ.get("ORCHARD_MAX_SMALL_MESSAGES") or 65536),
+        help="refuse a request stream sending more messages under 4 KiB than this "
+        "(default 65536, $ORCHARD_MAX_SMALL_MESSAGES)",
+    )
+    parser.add_argument(
         "--in-sandbox",
         type=Path,
         default=None,
@@ -55,6 +70,8 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
             home=run_dir,
             listen=args.listen,
             max_output_bytes=args.max_output_mib * MIB,
+            stream_idle_seconds=args.stream_idle_seconds,
+            max_small_messages_per_stream=args.max_small_messages,
             in_sandbox_run_dir=run_dir,
             token_key=take_token_key(run_dir / TOKEN_KEY_FILE),
         )
@@ -62,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
         home=args.home or orchard_home(),
         listen=args.listen,
         max_output_bytes=args.max_output_mib * MIB,
+        stream_idle_seconds=args.stream_idle_seconds,
+        max_small_messages_per_stream=args.max_small_messages,
     )
 
 

@@ -22,6 +22,7 @@ from .init_protocol import (
     DATA_HEADER_SIZE,
     ERROR_SIZE,
     EXIT_SIZE,
+    KILL_ALL_SIZE,
     KILL_TREE,
     STARTED_SIZE,
     STDERR,
@@ -32,6 +33,7 @@ from .init_protocol import (
     StartFailure,
     decode_error,
     decode_exit,
+    decode_kill_all,
     decode_pid,
     encode_request,
     encode_signal,
@@ -194,6 +196,33 @@ async def _send_request(
     except BaseException:
         conn.close()
         raise
+
+
+async def kill_all(socket_path: str, request: InitRequest) -> int | StartFailure:
+    """Send a kill-all request (:func:`init_protocol.kill_all_request`); the
+    number of processes signalled, or init's refusal."""
+    if not request.kill_all:
+        raise ValueError("kill_all needs a kill-all request")
+    loop = asyncio.get_running_loop()
+    conn = await _send_request(loop, socket_path, request)
+    try:
+        answer = bytearray()
+        while len(answer) < max(KILL_ALL_SIZE, ERROR_SIZE):
+            data = await loop.sock_recv(conn, max(KILL_ALL_SIZE, ERROR_SIZE) - len(answer))
+            if not data:
+                break
+            answer += data
+            if answer[:1] == b"A" and len(answer) >= KILL_ALL_SIZE:
+                return decode_kill_all(bytes(answer[:KILL_ALL_SIZE]))
+        if answer[:1] == b"E" and len(answer) >= ERROR_SIZE:
+            return decode_error(bytes(answer[:ERROR_SIZE]))
+        raise InitUnavailable(f"orchard-init answered a kill-all with {bytes(answer)!r}")
+    except ProtocolError as exc:
+        raise InitUnavailable(f"orchard-init answered badly: {exc}") from exc
+    except OSError as exc:
+        raise InitUnavailable(f"talking to orchard-init failed: {exc}") from exc
+    finally:
+        conn.close()
 
 
 # ------------------------------------------------------------ inline output

@@ -16,6 +16,7 @@ FLAG_STDIN = 1
 FLAG_SESSION_FDS = 2
 FLAG_NEW_SESSION = 4
 FLAG_INLINE_OUTPUT = 8
+FLAG_KILL_ALL = 16
 
 STAGE_CHDIR = 1
 STAGE_CREDENTIALS = 2
@@ -59,6 +60,9 @@ class InitRequest:
     inline_output: bool = False
     """The shim forwards stdout/stderr as 'D' frames on the connection (no 'S',
     no fds); only without ``stdin`` and ``session_fds``."""
+    kill_all: bool = False
+    """Not a command: the shim signals every process of the sandbox but pid 1
+    (see :func:`kill_all_request`) and answers 'A' + u32 count."""
 
     @property
     def flags(self) -> int:
@@ -67,6 +71,7 @@ class InitRequest:
             | (FLAG_SESSION_FDS if self.session_fds else 0)
             | (FLAG_NEW_SESSION if self.new_session else 0)
             | (FLAG_INLINE_OUTPUT if self.inline_output else 0)
+            | (FLAG_KILL_ALL if self.kill_all else 0)
         )
 
     @property
@@ -145,6 +150,27 @@ def decode_exit(message: bytes) -> ExitReport:
         raise ProtocolError(f"bad exit message {message!r}")
     code, sig, timed_out, duration = _EXIT.unpack(message[1:])
     return ExitReport(code, sig, bool(timed_out), duration)
+
+
+KILL_ALL_SIZE = 5  # 'A' + u32 how many processes were signalled
+
+
+def kill_all_request(signal: int, keep_pid: int = 0) -> InitRequest:
+    """Signal every process of the sandbox but pid 1 (and ``keep_pid`` with its
+    descendants: the injected executor, which lives in the sandbox)."""
+    if not 1 <= signal <= 64:
+        raise ValueError(f"signal {signal} is not 1..64")
+    if keep_pid < 0:
+        raise ValueError("keep_pid must be >= 0")
+    return InitRequest(
+        argv=("kill-all", str(signal), str(keep_pid)), env=(), cwd="/", kill_all=True
+    )
+
+
+def decode_kill_all(message: bytes) -> int:
+    if len(message) != KILL_ALL_SIZE or message[:1] != b"A":
+        raise ProtocolError(f"bad kill-all answer {message!r}")
+    return int.from_bytes(message[1:], "little")
 
 
 def encode_signal(signal: int) -> bytes:

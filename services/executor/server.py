@@ -37,10 +37,12 @@ from .commands import (
 )
 from .exec_quota import ExecSlots
 from .files import SandboxFiles
+from .kill_all import check_signal, kill_all_processes
 from .rpc_errors import streaming, unary
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
 from .settings import ExecutorSettings
+from .stream_bounds import SmallMessageBudget, StreamPace, next_or_idle
 
 log = structlog.get_logger("orchard.executor")
 
@@ -60,6 +62,11 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self._limits = OutputLimits(settings.max_output_bytes, settings.output_bytes_ceiling)
         self.sessions = SessionTable()
         self._exec_slots = ExecSlots()
+        self._injected = settings.in_sandbox_run_dir is not None
+        self._idle_seconds = settings.stream_idle_seconds
+        self._small_budget = SmallMessageBudget(
+            settings.small_messages_per_second, settings.max_small_messages_per_stream
+        )
 
     def _sandbox(self, sandbox_id: str, context: Context) -> Sandbox:
         self._authorizer.check(sandbox_id, context.invocation_metadata())
@@ -80,7 +87,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
     async def Exec(
         self, request_iterator: AsyncIterator[pb.ExecRequest], context: Context
     ) -> AsyncIterator[pb.ExecEvent]:
-        first = await anext(aiter(request_iterator), None)
+        first = await next_or_idle(aiter(request_iterator), self._idle_seconds, "Exec")
         if first is None or first.WhichOneof("kind") != "start":
             raise invalid("the first ExecRequest must be `start`")
         start = first.start
@@ -92,7 +99,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         with self._exec_slots.hold():
             try:
                 await stream.start()
-                pump = asyncio.create_task(_pump_requests(request_iterator, stream))
+                pace = StreamPace(self._small_budget, "Exec")
+                pump = asyncio.create_task(_pump_requests(request_iterator, stream, pace))
                 while (event := await stream.next_event()) is not None:
                     yield event
             finally:
@@ -146,7 +154,28 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         log.info("session closed", sandbox_id=request.sandbox_id, session_id=request.session_id)
         return pb.CloseSessionResponse()
 
+    @unary
+    async def KillAll(self, request: pb.KillAllRequest, context: Context) -> pb.KillAllResponse:
+        sandbox = self._sandbox(request.sandbox_id, context)
+        signal = check_signal(request.signal)
+        killed = await kill_all_processes(sandbox, signal, keep_self=self._injected)
+        log.info("kill-all", sandbox_id=request.sandbox_id, signal=signal, killed=killed)
+        return pb.KillAllResponse(killed=killed)
+
     # ----------------------------------------------------------------- files
+
+    async def _data_chunks(
+        self,
+        requests: AsyncIterator[pb.WriteFileRequest | pb.UploadRequest],
+        what: str,
+    ) -> AsyncIterator[bytes]:
+        """The ``data`` of every message after the header, idle- and pace-bounded."""
+        pace = StreamPace(self._small_budget, what[:-7])
+        while (request := await next_or_idle(requests, self._idle_seconds, what[:-7])) is not None:
+            if request.WhichOneof("kind") != "data":
+                raise invalid(f"only the first {what} may be `header`")
+            await pace.account(len(request.data))
+            yield request.data
 
     @streaming
     async def ReadFile(
@@ -161,7 +190,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self, request_iterator: AsyncIterator[pb.WriteFileRequest], context: Context
     ) -> pb.WriteFileResponse:
         requests = aiter(request_iterator)
-        first = await anext(requests, None)
+        first = await next_or_idle(requests, self._idle_seconds, "WriteFile")
         if first is None or first.WhichOneof("kind") != "header":
             raise invalid("the first WriteFileRequest must be `header`")
         header = first.header
@@ -171,7 +200,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             header.path,
             header.mode,
             header.make_parents,
-            _data_chunks(requests, "WriteFileRequest"),
+            self._data_chunks(requests, "WriteFileRequest"),
         )
         return pb.WriteFileResponse(size=size)
 
@@ -180,13 +209,13 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self, request_iterator: AsyncIterator[pb.UploadRequest], context: Context
     ) -> pb.UploadResponse:
         requests = aiter(request_iterator)
-        first = await anext(requests, None)
+        first = await next_or_idle(requests, self._idle_seconds, "Upload")
         if first is None or first.WhichOneof("kind") != "header":
             raise invalid("the first UploadRequest must be `header`")
         header = first.header
         sandbox = self._sandbox(header.sandbox_id, context)
         files = SandboxFiles(sandbox.rootfs)
-        count, size = await files.upload(header.path, _data_chunks(requests, "UploadRequest"))
+        count, size = await files.upload(header.path, self._data_chunks(requests, "UploadRequest"))
         return pb.UploadResponse(files=count, bytes=size)
 
     @streaming
@@ -198,21 +227,14 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             yield pb.TarChunk(data=data)
 
 
-async def _data_chunks(
-    requests: AsyncIterator[pb.WriteFileRequest] | AsyncIterator[pb.UploadRequest], what: str
-) -> AsyncIterator[bytes]:
-    """The ``data`` of every message after the header."""
-    async for request in requests:
-        if request.WhichOneof("kind") != "data":
-            raise invalid(f"only the first {what} may be `header`")
-        yield request.data
-
-
-async def _pump_requests(requests: AsyncIterator[pb.ExecRequest], stream: ExecStream) -> None:
+async def _pump_requests(
+    requests: AsyncIterator[pb.ExecRequest], stream: ExecStream, pace: StreamPace
+) -> None:
     """Feed stdin chunks, close_stdin and signals from the client to the command."""
     try:
         async for request in requests:
             kind = request.WhichOneof("kind")
+            await pace.account(len(request.stdin) if kind == "stdin" else 0)
             if kind == "stdin":
                 await stream.write_stdin(request.stdin)
             elif kind == "close_stdin":

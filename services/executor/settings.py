@@ -22,6 +22,16 @@ class ExecutorSettings:
     """The largest per-stream cap a request may ask for."""
     max_receive_message_bytes: int = 64 * MIB
     """Largest request message (a Run's whole stdin, a file chunk)."""
+    stream_idle_seconds: float = 300.0
+    """A request stream that sends nothing for this long (before its first
+    message, or between WriteFile/Upload chunks) is ended with
+    DEADLINE_EXCEEDED and its resources freed; an Exec's stdin is not bounded
+    (the command's own timeout is). ``$ORCHARD_STREAM_IDLE_SECONDS``."""
+    small_messages_per_second: float = 2000.0
+    """Executor-wide pace of request messages under 4 KiB (stream_bounds.py)."""
+    max_small_messages_per_stream: int = 65536
+    """A stream sending more messages under 4 KiB is refused with RESOURCE_EXHAUSTED
+    (``$ORCHARD_MAX_SMALL_MESSAGES``)."""
     shutdown_grace_seconds: float = 5.0
     """How long in-flight calls get to finish on shutdown."""
     in_sandbox_run_dir: Path | None = None

@@ -5,9 +5,10 @@
  * and, per connection, forks a shim that starts one command and supervises it.
  * The wire protocol is described in docs/architecture.md ("The orchard-init
  * protocol"). Everything here is written so that a malformed or hostile
- * request can only end its own connection: init never parses a request itself
- * (the shim does, after the fork), every length is bounded, and init ignores
- * the signals a sandbox could send it.
+ * request can only end its own connection: init parses a request itself only
+ * when no shim can be forked (a full pids limit), and then acts on nothing but
+ * a kill-all; every length is bounded, and init ignores the signals a sandbox
+ * could send it.
  *
  * Build: gcc -static -O2 -Wall -Wextra -Werror -o orchard-init orchard_init.c
  */
@@ -41,7 +42,11 @@
 #define FLAG_SESSION_FDS 2u
 #define FLAG_NEW_SESSION 4u
 #define FLAG_INLINE_OUTPUT 8u
-#define FLAG_KNOWN (FLAG_STDIN | FLAG_SESSION_FDS | FLAG_NEW_SESSION | FLAG_INLINE_OUTPUT)
+/* Not a command: kill every process of the sandbox but pid 1 (argv: "kill-all",
+ * signal, a pid to keep or 0); answered 'A' + u32 count. */
+#define FLAG_KILL_ALL 16u
+#define FLAG_KNOWN \
+    (FLAG_STDIN | FLAG_SESSION_FDS | FLAG_NEW_SESSION | FLAG_INLINE_OUTPUT | FLAG_KILL_ALL)
 
 #define STAGE_CHDIR 1u
 #define STAGE_CREDENTIALS 2u
@@ -187,6 +192,9 @@ static int parse_request(unsigned char *buf, size_t len, struct request *req) {
     if ((req->flags & FLAG_INLINE_OUTPUT) && (req->flags & (FLAG_STDIN | FLAG_SESSION_FDS)))
         return -1;
     if (argc < 1 || argc > MAX_STRINGS || envc > MAX_STRINGS)
+        return -1;
+    /* A kill-all is exactly: that flag alone, argv "kill-all" signal keep-pid. */
+    if ((req->flags & FLAG_KILL_ALL) && (req->flags != FLAG_KILL_ALL || argc != 3 || envc != 0))
         return -1;
     /* uid/gid -1 would mean "unchanged" to setresuid: refuse it. */
     if (req->uid == UINT32_MAX || req->gid == UINT32_MAX)
@@ -356,6 +364,170 @@ static void kill_tree(pid_t command_pid, pid_t *exited_pid, int *exited_status) 
         struct timespec ts = {0, live ? 200000 : 1000000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* --------------------------------------------------------------- kill-all */
+
+/* init's own pid, set first thing in main() and inherited by every shim: 1
+ * when init is the sandbox's pid 1, something else only when it runs on a
+ * host (tests), where "every process" must mean init's descendants. */
+static pid_t init_pid;
+
+/* Is `pid` a descendant of `root` (by the ppid links in procs)? */
+static int descends_from(const struct proc_entry *procs, size_t count, pid_t pid, pid_t root) {
+    for (int depth = 0; depth < 4096 && pid > 1; depth++) {
+        pid_t parent = -1;
+        for (size_t i = 0; i < count; i++) {
+            if (procs[i].pid == pid) {
+                parent = procs[i].ppid;
+                break;
+            }
+        }
+        if (parent == root)
+            return 1;
+        if (parent <= 0)
+            return 0;
+        pid = parent;
+    }
+    return 0;
+}
+
+/* Every process in /proc (pid, ppid, state); the count, or 0 with *out NULL. */
+static size_t read_procs(struct proc_entry **out) {
+    *out = NULL;
+    DIR *dir = opendir("/proc");
+    if (dir == NULL)
+        return 0;
+    size_t cap = 256, count = 0;
+    struct proc_entry *procs = malloc(cap * sizeof *procs);
+    struct dirent *de;
+    while (procs != NULL && (de = readdir(dir)) != NULL) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0 || pid > INT_MAX)
+            continue;
+        char state = '?';
+        pid_t ppid = read_ppid((pid_t)pid, &state);
+        if (ppid < 0)
+            continue;
+        if (count == cap) {
+            struct proc_entry *bigger = realloc(procs, cap * 2 * sizeof *procs);
+            if (bigger == NULL)
+                break;
+            procs = bigger;
+            cap *= 2;
+        }
+        procs[count++] = (struct proc_entry){(pid_t)pid, ppid, state};
+    }
+    closedir(dir);
+    *out = procs;
+    return procs ? count : 0;
+}
+
+/*
+ * Signal every live process of the sandbox except pid 1 (init), the caller,
+ * and `keep` (the injected executor, which lives in the sandbox) with its
+ * descendants. Returns how many processes were signalled.
+ *
+ * When init is pid 1 (the sandbox's own pid namespace) and no pid is kept, one
+ * kill(-1, sig) does it: the kernel spares init and the caller, and a fork
+ * racing with it gets the signal too. Otherwise (a kept executor, or init
+ * running on a host in tests, where -1 would mean the whole machine) the
+ * processes are found in /proc, below init only, round after round for
+ * SIGKILL until a round finds nothing but init's fresh spare shims.
+ * For SIGKILL, waits (bounded) until the signalled processes are gone.
+ */
+static uint32_t kill_all(pid_t keep, int sig) {
+    pid_t self = getpid();
+    pid_t root = init_pid;
+    if (root <= 0 || (self != root && getppid() != root))
+        return 0; /* init is gone: nothing here is ours to judge */
+    int whole_ns = root == 1;
+    int one_signal = whole_ns && keep <= 0;
+    size_t cap = 256, nvictims = 0;
+    pid_t *victims = malloc(cap * sizeof *victims);
+    int quiet_rounds = 0;
+    for (int round = 0; victims != NULL && round < 200 && quiet_rounds < 3; round++) {
+        struct proc_entry *procs;
+        size_t count = read_procs(&procs);
+        int found = 0;
+        for (size_t i = 0; i < count; i++) {
+            pid_t pid = procs[i].pid;
+            if (pid == 1 || pid == self || pid == root || procs[i].state == 'Z')
+                continue;
+            if (keep > 0 && (pid == keep || descends_from(procs, count, pid, keep)))
+                continue;
+            if (!whole_ns && !descends_from(procs, count, pid, root))
+                continue;
+            /* After the first round, a new child of init is its re-forked
+             * spare: signal it (harmless) but do not count it or go on for it. */
+            int spare = round > 0 && procs[i].ppid == root;
+            if (!one_signal && kill(pid, sig) != 0)
+                continue;
+            if (spare)
+                continue;
+            found = 1;
+            if (nvictims == cap) {
+                pid_t *bigger = realloc(victims, cap * 2 * sizeof *victims);
+                if (bigger == NULL)
+                    continue;
+                victims = bigger;
+                cap *= 2;
+            }
+            victims[nvictims++] = pid;
+        }
+        free(procs);
+        if (one_signal) {
+            kill(-1, sig); /* atomic for the namespace; the scan above only counted */
+            break;
+        }
+        if (sig != SIGKILL)
+            break;
+        quiet_rounds = found ? 0 : quiet_rounds + 1;
+        struct timespec ts = {0, 500000};
+        nanosleep(&ts, NULL);
+    }
+    /* Wait (at most ~2 s) until every signalled process is gone, so its pid
+     * is free again when the caller gets the answer. */
+    for (int wait = 0; victims != NULL && sig == SIGKILL && wait < 2000; wait++) {
+        if (self == 1)
+            while (waitpid(-1, NULL, WNOHANG) > 0) {
+            }
+        int live = 0;
+        for (size_t i = 0; i < nvictims && !live; i++) {
+            char state = '?';
+            live = read_ppid(victims[i], &state) >= 0 && state != 'Z';
+        }
+        if (!live)
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    free(victims);
+    return (uint32_t)nvictims;
+}
+
+static void send_error(int conn, int err, uint32_t stage);
+
+/* Act on a parsed kill-all request and answer 'A' + u32 count. */
+static void serve_kill_all(int conn, const struct request *req) {
+    unsigned char msg[5] = {'A', 0, 0, 0, 0};
+    char *end;
+    long sig = req->argv[1] ? strtol(req->argv[1], &end, 10) : -1;
+    if (req->argv[1] == NULL || *end != '\0' || sig < 1 || sig > 64 || req->argv[2] == NULL) {
+        msg[0] = 'E';
+    } else {
+        long keep = strtol(req->argv[2], &end, 10);
+        if (*end != '\0' || keep < 0 || keep > INT_MAX)
+            msg[0] = 'E';
+        else
+            put_u32(msg + 1, kill_all((pid_t)keep, (int)sig));
+    }
+    if (msg[0] == 'E') {
+        send_error(conn, EINVAL, STAGE_OTHER);
+        return;
+    }
+    (void)write_all(conn, msg, sizeof msg);
 }
 
 /* ------------------------------------------------------------- the child */
@@ -746,6 +918,10 @@ static void run_shim(int conn) {
     memset(&req, 0, sizeof req);
     if (parse_request(buf, len, &req) < 0)
         _exit(1);
+    if (req.flags & FLAG_KILL_ALL) {
+        serve_kill_all(conn, &req);
+        _exit(0);
+    }
 
     /* SIGCHLD through a signalfd, so poll() sees exits without races. */
     sigset_t chld;
@@ -905,24 +1081,41 @@ static void fork_spare(int listen_fd, int init_sfd, struct spare *spare) {
 
 /* Accept every pending connection and fork a shim for each (no spare). */
 
-/* Read and drop one request (length prefix and body, bounded by
- * MAX_REQUEST_BYTES), waiting at most 200 ms: used when no shim could be
- * forked to serve it. */
-static void discard_request(int conn) {
+/* Read one request (length prefix and body, bounded by MAX_REQUEST_BYTES),
+ * waiting at most 200 ms: used when no shim could be forked to serve it.
+ * A kill-all (small, so it is kept and parsed) is served by init itself:
+ * a full pids limit is exactly when it is needed. Returns 1 if it was. */
+static int take_request_without_shim(int conn) {
     uint64_t deadline = monotonic_ns() + 200000000u;
     unsigned char prefix[4];
     if (read_exact(conn, prefix, sizeof prefix, deadline) < 0)
-        return;
+        return 0;
     uint32_t left = get_u32(prefix);
     if (left > MAX_REQUEST_BYTES)
-        return;
-    char sink[4096];
+        return 0;
+    unsigned char small[512];
+    uint32_t len = left;
     while (left > 0) {
-        size_t n = left < sizeof sink ? left : sizeof sink;
-        if (read_exact(conn, sink, n, deadline) < 0)
-            return;
+        unsigned char sink[4096];
+        unsigned char *into = len <= sizeof small ? small + (len - left) : sink;
+        size_t n = len <= sizeof small ? left : (left < sizeof sink ? left : sizeof sink);
+        if (read_exact(conn, into, n, deadline) < 0)
+            return 0;
         left -= (uint32_t)n;
     }
+    if (len > sizeof small - 1)
+        return 0;
+    small[len] = '\0';
+    struct request req;
+    memset(&req, 0, sizeof req);
+    int served = 0;
+    if (parse_request(small, len, &req) == 0 && (req.flags & FLAG_KILL_ALL)) {
+        serve_kill_all(conn, &req);
+        served = 1;
+    }
+    free(req.argv);
+    free(req.envp);
+    return served;
 }
 
 static void accept_and_fork(int listen_fd, int sfd) {
@@ -949,8 +1142,8 @@ static void accept_and_fork(int listen_fd, int sfd) {
              * makes its write fail (EPIPE) and the client would blame the
              * platform instead of the sandbox's own limit. */
             int err = errno;
-            discard_request(conn);
-            send_error(conn, err, STAGE_OTHER);
+            if (!take_request_without_shim(conn))
+                send_error(conn, err, STAGE_OTHER);
         }
         close(conn);
         /* Reap as we go: under a steady stream of connections this loop
@@ -984,6 +1177,7 @@ int main(int argc, char **argv) {
     }
     if (listen_fd < 0 || fcntl(listen_fd, F_GETFD) < 0)
         usage();
+    init_pid = getpid();
 
     /* No ptrace, no /proc/1/fd from inside the sandbox. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);

@@ -71,6 +71,13 @@ def register(commands: Any) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="ids only")
     p.set_defaults(run=cmd_ls)
 
+    p = commands.add_parser(
+        "kill-all", help="kill every process in a sandbox but its init (the sandbox stays)"
+    )
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--signal", type=int, default=9, help="signal number (default 9, SIGKILL)")
+    p.set_defaults(run=cmd_kill_all)
+
     p = commands.add_parser("rm", help="delete sandboxes")
     p.add_argument("ids", nargs="+", metavar="ID")
     p.set_defaults(run=cmd_rm)
@@ -225,6 +232,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return 0
     header = ["ID", "STATE", "IMAGE", "CPU", "MEMORY", "CREATED", "EXPIRES", "LABELS"]
     print_table(header, [_format_row(i) for i in infos])
+    return 0
+
+
+def cmd_kill_all(args: argparse.Namespace) -> int:
+    sb = Sandbox.connect(args.id, args.endpoint, args.api_key)
+    print(sb.kill_all(args.signal))
     return 0
 
 

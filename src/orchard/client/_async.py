@@ -276,6 +276,17 @@ class AsyncSandbox(SandboxCore):
             )
         return AsyncSession(self, msg.session_id)
 
+    async def kill_all(self, signal: int = 9) -> int:
+        """Signal every process in the sandbox but its init; returns how many
+        (see :meth:`Sandbox.kill_all`)."""
+        stub, access = await self._executor()
+        with translate_errors():
+            resp = await stub.KillAll(
+                executor_pb2.KillAllRequest(sandbox_id=self.id, signal=signal),
+                metadata=access.metadata,
+            )
+        return resp.killed
+
     async def write_file(
         self,
         path: str,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Self
 
-from orchard._proto.orchard.v1 import executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
+from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
 
 from . import _requests, _tar, _values
 from ._channels import sync_stub
@@ -307,6 +307,18 @@ class Sandbox(SandboxCore):
                 self._create_session_request(cwd, env, user), metadata=access.metadata
             )
         return Session(self, msg.session_id)
+
+    def kill_all(self, signal: int = 9) -> int:
+        """Signal every process in the sandbox but its init (what commands left
+        behind, running commands and sessions alike); returns how many. With
+        SIGKILL (the default) it returns once they are gone."""
+        stub, access = self._executor()
+        with translate_errors():
+            resp = stub.KillAll(
+                executor_pb2.KillAllRequest(sandbox_id=self.id, signal=signal),
+                metadata=access.metadata,
+            )
+        return resp.killed
 
     def write_file(
         self,

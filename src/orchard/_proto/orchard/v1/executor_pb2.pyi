@@ -659,3 +659,50 @@ class TarChunk(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TarChunk: _TypeAlias = TarChunk  # noqa: Y015
+
+@_typing.final
+class KillAllRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    signal: _builtins.int
+    """Signal number (1..64); 0 means SIGKILL (9). With SIGKILL the answer comes
+    once the processes are gone (bounded wait), so their pids are free again.
+    """
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        signal: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sandbox_id", b"sandbox_id", "signal", b"signal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KillAllRequest: _TypeAlias = KillAllRequest  # noqa: Y015
+
+@_typing.final
+class KillAllResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KILLED_FIELD_NUMBER: _builtins.int
+    killed: _builtins.int
+    """How many processes were signalled (orchard's own per-command supervisor
+    processes in the sandbox included).
+    """
+    def __init__(
+        self,
+        *,
+        killed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["killed", b"killed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KillAllResponse: _TypeAlias = KillAllResponse  # noqa: Y015

@@ -85,6 +85,11 @@ class ExecutorServiceStub:
                 request_serializer=orchard_dot_v1_dot_executor__pb2.DownloadRequest.SerializeToString,
                 response_deserializer=orchard_dot_v1_dot_executor__pb2.TarChunk.FromString,
                 _registered_method=True)
+        self.KillAll = channel.unary_unary(
+                '/orchard.v1.ExecutorService/KillAll',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.KillAllRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.KillAllResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -157,6 +162,15 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KillAll(self, request, context):
+        """Signal every process in the sandbox except its init (pid 1): what a
+        command left behind (background jobs, a fork bomb), running commands and
+        sessions alike. The sandbox itself stays up and takes new commands.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +223,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.Download,
                     request_deserializer=orchard_dot_v1_dot_executor__pb2.DownloadRequest.FromString,
                     response_serializer=orchard_dot_v1_dot_executor__pb2.TarChunk.SerializeToString,
+            ),
+            'KillAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.KillAll,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.KillAllRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.KillAllResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -481,6 +500,33 @@ class ExecutorService:
             '/orchard.v1.ExecutorService/Download',
             orchard_dot_v1_dot_executor__pb2.DownloadRequest.SerializeToString,
             orchard_dot_v1_dot_executor__pb2.TarChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KillAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/KillAll',
+            orchard_dot_v1_dot_executor__pb2.KillAllRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.KillAllResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,6 +54,11 @@ class ExecutorServiceStub:
     """A directory tree in, as a tar stream cut into chunks."""
     Download: _grpc.UnaryStreamMultiCallable[_executor_pb2.DownloadRequest, _executor_pb2.TarChunk]
     """A file or directory tree out, as a tar stream cut into chunks."""
+    KillAll: _grpc.UnaryUnaryMultiCallable[_executor_pb2.KillAllRequest, _executor_pb2.KillAllResponse]
+    """Signal every process in the sandbox except its init (pid 1): what a
+    command left behind (background jobs, a fork bomb), running commands and
+    sessions alike. The sandbox itself stays up and takes new commands.
+    """
 
 @_typing.type_check_only
 class ExecutorServiceAsyncStub(ExecutorServiceStub):
@@ -77,6 +82,11 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     """A directory tree in, as a tar stream cut into chunks."""
     Download: _aio.UnaryStreamMultiCallable[_executor_pb2.DownloadRequest, _executor_pb2.TarChunk]  # type: ignore[assignment]
     """A file or directory tree out, as a tar stream cut into chunks."""
+    KillAll: _aio.UnaryUnaryMultiCallable[_executor_pb2.KillAllRequest, _executor_pb2.KillAllResponse]  # type: ignore[assignment]
+    """Signal every process in the sandbox except its init (pid 1): what a
+    command left behind (background jobs, a fork bomb), running commands and
+    sessions alike. The sandbox itself stays up and takes new commands.
+    """
 
 class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -157,5 +167,16 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_executor_pb2.TarChunk], _abc.AsyncIterator[_executor_pb2.TarChunk]]:
         """A file or directory tree out, as a tar stream cut into chunks."""
+
+    @_abc_1.abstractmethod
+    def KillAll(
+        self,
+        request: _executor_pb2.KillAllRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.KillAllResponse, _abc.Awaitable[_executor_pb2.KillAllResponse]]:
+        """Signal every process in the sandbox except its init (pid 1): what a
+        command left behind (background jobs, a fork bomb), running commands and
+        sessions alike. The sandbox itself stays up and takes new commands.
+        """
 
 def add_ExecutorServiceServicer_to_server(servicer: ExecutorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
