@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -77,6 +78,16 @@ def local_files(root: Path, file_mib: int, files: int) -> tuple[Path, Path]:
     return big, tree
 
 
+def _quiet_logger() -> logging.Logger:
+    """SWE-ReX's own logger prints DEBUG lines on stdout, which is where our JSON goes."""
+    logger = logging.getLogger("orchard.bench.swerex")
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    if not logger.handlers:
+        logger.addHandler(logging.StreamHandler(sys.stderr))
+    return logger
+
+
 async def _files(runtime: RemoteRuntime, file_mib: int, files: int) -> dict[str, Any]:
     """SWE-ReX's upload of one file and of a tree (it zips, the server unzips), into /dev/shm.
 
@@ -108,7 +119,9 @@ async def _files(runtime: RemoteRuntime, file_mib: int, files: int) -> dict[str,
 async def _measure(
     port: int, token: str, n: int, session_n: int, file_mib: int = 0, files: int = 0
 ) -> dict[str, Any]:
-    runtime = RemoteRuntime(host="http://127.0.0.1", port=port, auth_token=token)
+    runtime = RemoteRuntime(
+        host="http://127.0.0.1", port=port, auth_token=token, logger=_quiet_logger()
+    )
     deadline = time.monotonic() + 30
     while not await runtime.is_alive():
         if time.monotonic() > deadline:
