@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import statistics
@@ -256,6 +257,14 @@ def _own_stack(home: Path) -> Iterator[tuple[str, int]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="orchard-soak-"))
+    try:
+        return _soak(args, home)
+    finally:
+        if not args.home:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _soak(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     with _own_stack(home) as (endpoint, up_pid):
         key = (home / "dev-api-key").read_text().strip()
         stats = Stats()

@@ -255,10 +255,14 @@ class StackLoad:
 
     # -- calls
 
-    def create(self, deadline: float = 60.0, memory_mib: int = 256) -> LoadSandbox | None:
+    def create(
+        self, deadline: float = 60.0, memory_mib: int = 256, request_id: str = ""
+    ) -> LoadSandbox | None:
+        """One create; ``request_id`` makes a retry return the sandbox the first try made."""
         request = sandbox_pb2.CreateSandboxRequest(
             resources=common_pb2.Resources(cpu_millis=250, memory_bytes=memory_mib << 20),
             ttl_seconds=3600,
+            request_id=request_id,
         )
         answer = self.call(
             "create",

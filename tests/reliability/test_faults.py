@@ -22,6 +22,7 @@ The module holds the machine-wide heavy lock (it starts hundreds of sandboxes).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -117,12 +118,46 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
 # ---- one fault round ------------------------------------------------------------
 
 
-def _create_burst(load: StackLoad, count: int) -> list[threading.Thread]:
-    """``count`` creates started now in their own threads (so some are in flight at the fault)."""
-    threads = [threading.Thread(target=load.create, daemon=True) for _ in range(count)]
-    for t in threads:
-        t.start()
-    return threads
+@dataclass
+class CreateBurst:
+    """Creates started just before a fault (so some are in flight), each with a request id."""
+
+    load: StackLoad
+    count: int
+    made: dict[str, LoadSandbox | None] = field(default_factory=dict)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        def one(request_id: str) -> None:
+            self.made[request_id] = self.load.create(request_id=request_id)
+
+        for _ in range(self.count):
+            request_id = f"fault-{os.urandom(6).hex()}"
+            thread = threading.Thread(target=one, args=(request_id,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(70)
+
+    def retry_failed(self) -> dict[str, Any]:
+        """Retry every create that failed, with the same request id, once the stack is back:
+        the client learns what became of it (the same sandbox, or a clear FAILED)."""
+        failed = [r for r, box in self.made.items() if box is None]
+        before = len(self.load.outcomes)
+        same = 0
+        for request_id in failed:
+            box = self.load.create(request_id=request_id)
+            if box is not None:
+                same += 1
+                self.load.sandboxes.append(box)
+        codes = collections.Counter(o.code for o in self.load.outcomes[before:])
+        for box in self.made.values():
+            if box is not None:
+                self.load.sandboxes.append(box)
+        return {"creates": self.count, "failed": len(failed), "retried_ok": same,
+                "retry_codes": dict(codes)}  # fmt: skip
 
 
 def _round_checks(
@@ -184,20 +219,26 @@ def _kill_service_round(faults: Faults, service: str, probe_ops: set[str]) -> di
     round_start = time.monotonic()
     load.start()
     time.sleep(WARM_S)
-    burst = _create_burst(load, 8)
+    burst = CreateBurst(load, 8)
+    burst.start()
     time.sleep(0.05)
     fault_at = time.monotonic()
     old = faults.processes.kill(service)
     new = faults.processes.wait_restarted(service, old)
     restarted_at = time.monotonic()
+    addr_file = faults.home / "run" / f"{service}.addr"
+    killed_wall = time.time() - (restarted_at - fault_at)
+    assert wait_until(lambda: addr_file.exists() and addr_file.stat().st_mtime > killed_wall, 30)
+    serving_at = time.monotonic()
     assert wait_until(lambda: load.first_ok_after(restarted_at, probe_ops) is not None, 30)
     back_at = restarted_at + (load.first_ok_after(restarted_at, probe_ops) or 0.0)
     time.sleep(AFTER_S)
     load.stop()
-    for t in burst:
-        t.join(70)
+    burst.join()
     result = _round_checks(faults, fault_at, back_at, {"OK", "UNAVAILABLE"}, round_start)
+    result["creates_in_flight_retried"] = burst.retry_failed()
     result["pids"] = {"killed": old, "restarted": new}
+    result["serving_after_s"] = round(serving_at - fault_at, 3)
     result["new_process_after_s"] = round(restarted_at - fault_at, 3)
     result["accounted"] = _assert_accounted(faults)
     result["writes"] = load.verify_writes(_usable_ids(faults))
