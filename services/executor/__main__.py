@@ -51,9 +51,16 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
     parser.add_argument(
         "--max-small-messages",
         type=int,
-        default=int(os.environ.get("ORCHARD_MAX_SMALL_MESSAGES") or 65536),
+        default=int(os.environ.get("ORCHARD_MAX_SMALL_MESSAGES") or 16384),
         help="refuse a request stream sending more messages under 4 KiB than this "
-        "(default 65536, $ORCHARD_MAX_SMALL_MESSAGES)",
+        "(default 16384, $ORCHARD_MAX_SMALL_MESSAGES)",
+    )
+    parser.add_argument(
+        "--small-messages-per-second",
+        type=float,
+        default=float(os.environ.get("ORCHARD_SMALL_MESSAGES_PER_SECOND") or 1000),
+        help="per-stream pace of request messages under 4 KiB (default 1000, 0 = unpaced, "
+        "$ORCHARD_SMALL_MESSAGES_PER_SECOND)",
     )
     parser.add_argument(
         "--in-sandbox",
@@ -72,6 +79,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
             max_output_bytes=args.max_output_mib * MIB,
             stream_idle_seconds=args.stream_idle_seconds,
             max_small_messages_per_stream=args.max_small_messages,
+            small_messages_per_second=args.small_messages_per_second,
             in_sandbox_run_dir=run_dir,
             token_key=take_token_key(run_dir / TOKEN_KEY_FILE),
         )
@@ -81,6 +89,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
         max_output_bytes=args.max_output_mib * MIB,
         stream_idle_seconds=args.stream_idle_seconds,
         max_small_messages_per_stream=args.max_small_messages,
+        small_messages_per_second=args.small_messages_per_second,
     )
 
 

@@ -42,7 +42,7 @@ from .rpc_errors import streaming, unary
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
 from .settings import ExecutorSettings
-from .stream_bounds import SmallMessageBudget, StreamPace, next_or_idle
+from .stream_bounds import SmallMessageLimits, StreamPace, next_or_idle
 
 log = structlog.get_logger("orchard.executor")
 
@@ -64,7 +64,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self._exec_slots = ExecSlots()
         self._injected = settings.in_sandbox_run_dir is not None
         self._idle_seconds = settings.stream_idle_seconds
-        self._small_budget = SmallMessageBudget(
+        self._small_limits = SmallMessageLimits(
             settings.small_messages_per_second, settings.max_small_messages_per_stream
         )
 
@@ -99,7 +99,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         with self._exec_slots.hold():
             try:
                 await stream.start()
-                pace = StreamPace(self._small_budget, "Exec")
+                pace = StreamPace(self._small_limits, "Exec", capped=False)
                 pump = asyncio.create_task(_pump_requests(request_iterator, stream, pace))
                 while (event := await stream.next_event()) is not None:
                     yield event
@@ -170,7 +170,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         what: str,
     ) -> AsyncIterator[bytes]:
         """The ``data`` of every message after the header, idle- and pace-bounded."""
-        pace = StreamPace(self._small_budget, what[:-7])
+        pace = StreamPace(self._small_limits, what[:-7])
         while (request := await next_or_idle(requests, self._idle_seconds, what[:-7])) is not None:
             if request.WhichOneof("kind") != "data":
                 raise invalid(f"only the first {what} may be `header`")

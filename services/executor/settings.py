@@ -27,11 +27,12 @@ class ExecutorSettings:
     message, or between WriteFile/Upload chunks) is ended with
     DEADLINE_EXCEEDED and its resources freed; an Exec's stdin is not bounded
     (the command's own timeout is). ``$ORCHARD_STREAM_IDLE_SECONDS``."""
-    small_messages_per_second: float = 2000.0
-    """Executor-wide pace of request messages under 4 KiB (stream_bounds.py)."""
-    max_small_messages_per_stream: int = 65536
-    """A stream sending more messages under 4 KiB is refused with RESOURCE_EXHAUSTED
-    (``$ORCHARD_MAX_SMALL_MESSAGES``)."""
+    small_messages_per_second: float = 1000.0
+    """Per-stream pace of request messages under 4 KiB (stream_bounds.py); 0 = unpaced
+    (``$ORCHARD_SMALL_MESSAGES_PER_SECOND``)."""
+    max_small_messages_per_stream: int = 16384
+    """A WriteFile/Upload stream sending more messages under 4 KiB is refused with
+    RESOURCE_EXHAUSTED (``$ORCHARD_MAX_SMALL_MESSAGES``; 0 = no cap)."""
     shutdown_grace_seconds: float = 5.0
     """How long in-flight calls get to finish on shutdown."""
     in_sandbox_run_dir: Path | None = None

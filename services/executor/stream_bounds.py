@@ -8,13 +8,15 @@ work on its one event loop. Two hostile shapes are bounded here:
   DEADLINE_EXCEEDED, so a forgotten or malicious half-open stream does not
   hold its file, its temporary folder and its call forever.
 - **Tiny messages**: 200,000 one-byte chunks on one stream slowed another
-  sandbox's exec 6x (every message is parsed on the shared loop). Messages
-  below :data:`SMALL_MESSAGE_BYTES` after the first
-  :data:`FREE_SMALL_MESSAGES` of a stream draw from one executor-wide budget
-  of ``small_per_second``, so tiny-chunk streams are slowed (gRPC flow control
-  pushes back on the sender) instead of taking the loop; and a stream that
-  sends more than ``max_small`` of them is refused with RESOURCE_EXHAUSTED.
-  Real clients send 64-256 KiB chunks and are never slowed.
+  sandbox's exec 6x (every message is taken on the shared loop). Past the
+  first :data:`FREE_SMALL_MESSAGES` of a stream, messages under
+  :data:`SMALL_MESSAGE_BYTES` are paced to ``per_second`` per stream (the
+  stream waits, in steps, and gRPC flow control pushes back on the sender),
+  and a WriteFile/Upload stream sending more than ``max_per_stream`` of them
+  is refused with RESOURCE_EXHAUSTED. An Exec's stdin is paced, never
+  refused (keystrokes are small). Real file clients send 64-256 KiB chunks
+  and are never slowed. What pacing cannot remove is gRPC's own work taking
+  frames off the socket (measured in docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ T = TypeVar("T")
 
 SMALL_MESSAGE_BYTES = 4096
 FREE_SMALL_MESSAGES = 64
+PACE_STEP_SECONDS = 0.02
 
 
 def idle_error(seconds: float, what: str) -> ServiceError:
@@ -52,30 +55,24 @@ async def next_or_idle(requests: AsyncIterator[T], seconds: float, what: str) ->
         raise idle_error(seconds, what) from None
 
 
-@dataclass
-class SmallMessageBudget:
-    """One executor-wide pace for small messages (a leaky bucket: one slot per
-    ``1 / per_second`` seconds), and the per-stream cap."""
+@dataclass(frozen=True)
+class SmallMessageLimits:
+    """The pace and the cap for messages under SMALL_MESSAGE_BYTES (per stream)."""
 
-    per_second: float = 2000.0
-    max_per_stream: int = 65536
-    _next_slot: float = 0.0
-
-    async def pace(self) -> None:
-        """Wait for this small message's slot."""
-        now = time.monotonic()
-        slot = max(now, self._next_slot)
-        self._next_slot = slot + 1.0 / self.per_second
-        if slot > now:
-            await asyncio.sleep(slot - now)
+    per_second: float = 1000.0
+    """0 or less: unpaced."""
+    max_per_stream: int = 16384
+    """For file streams; 0 or less: no cap."""
 
 
 class StreamPace:
-    """Counts one stream's small messages against the shared budget."""
+    """One stream's small messages: paced (a leaky bucket, slept in steps) and counted."""
 
-    def __init__(self, budget: SmallMessageBudget, what: str) -> None:
-        self._budget = budget
+    def __init__(self, limits: SmallMessageLimits, what: str, capped: bool = True) -> None:
+        self._limits = limits
         self._what = what
+        self._capped = capped and limits.max_per_stream > 0
+        self._next_slot = 0.0
         self.small = 0
 
     async def account(self, size: int) -> None:
@@ -84,11 +81,19 @@ class StreamPace:
         self.small += 1
         if self.small <= FREE_SMALL_MESSAGES:
             return
-        if self.small > self._budget.max_per_stream:
+        if self._capped and self.small > self._limits.max_per_stream:
             raise ServiceError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 "TOO_MANY_SMALL_MESSAGES",
-                f"the {self._what} stream sent more than {self._budget.max_per_stream} messages "
+                f"the {self._what} stream sent more than {self._limits.max_per_stream} messages "
                 f"under {SMALL_MESSAGE_BYTES} bytes; send larger chunks (64 KiB or more)",
             )
-        await self._budget.pace()
+        if self._limits.per_second <= 0:
+            return
+        now = time.monotonic()
+        self._next_slot = max(now, self._next_slot) + 1.0 / self._limits.per_second
+        ahead = self._next_slot - now
+        # Sleep in steps of PACE_STEP_SECONDS, not per message: a timer per tiny message
+        # would itself cost the loop what the pacing saves.
+        if ahead >= PACE_STEP_SECONDS:
+            await asyncio.sleep(ahead)

@@ -30,8 +30,10 @@ have no JSON form; ``Run`` covers a command with known stdin.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -56,6 +58,9 @@ SERVICES: tuple[ServiceDescriptor, ...] = (
 )
 PASSED_HEADERS = (REQUEST_ID_KEY, "traceparent", "tracestate")
 MAX_BODY_BYTES = 64 << 20
+# A request body must arrive within this many seconds (a slow-body client holds a
+# connection and a buffer until then): answered 408. $ORCHARD_REST_BODY_SECONDS.
+BODY_READ_SECONDS = 30.0
 DEFAULT_DEADLINE_SECONDS = 600.0
 # Fetch a new executor token this long before the cached one expires.
 ACCESS_MARGIN_SECONDS = 60.0
@@ -90,6 +95,8 @@ class RestError(Exception):
     reason: str = ""
     fault: str = "client"
     retry_after: float | None = None
+    http_status: int | None = None
+    """Set where HTTP has a better status than the code's mapping (408 for a slow body)."""
 
     @classmethod
     def from_rpc(cls, exc: grpc.aio.AioRpcError) -> RestError:
@@ -113,7 +120,7 @@ class RestError(Exception):
     def body(self) -> dict[str, Any]:
         error: dict[str, Any] = {
             "code": self.code.name,
-            "http_status": HTTP_STATUS.get(self.code, 500),
+            "http_status": self.http_status or HTTP_STATUS.get(self.code, 500),
             "reason": self.reason,
             "fault": self.fault,
             "message": self.message,
@@ -127,7 +134,7 @@ class RestError(Exception):
         if self.retry_after is not None:
             headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
         return web.json_response(
-            self.body(), status=HTTP_STATUS.get(self.code, 500), headers=headers
+            self.body(), status=self.http_status or HTTP_STATUS.get(self.code, 500), headers=headers
         )
 
 
@@ -167,6 +174,7 @@ class RestFront:
         )
         self._executors: dict[str, grpc.aio.Channel] = {}
         self._access: dict[tuple[str, str], _Access] = {}
+        self._body_seconds = float(os.environ.get("ORCHARD_REST_BODY_SECONDS") or BODY_READ_SECONDS)
 
     async def close(self) -> None:
         await self._gateway.close(None)
@@ -226,7 +234,16 @@ class RestFront:
     async def _parse(self, request: web.Request, cls: type[Message]) -> Message:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             raise _bad_request(f"body larger than {MAX_BODY_BYTES} bytes")
-        body = await request.read()
+        try:
+            async with asyncio.timeout(self._body_seconds):
+                body = await request.read()
+        except TimeoutError:
+            raise RestError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the request body did not arrive within {self._body_seconds:g} s",
+                "BODY_TIMEOUT",
+                http_status=408,
+            ) from None
         message = cls()
         if body.strip():
             try:

@@ -52,10 +52,24 @@ def heavy_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# Each sandbox's writable layer is a tmpfs of this size (the local backend's disk quota,
+# $ORCHARD_SANDBOX_DISK_BYTES), charged to its memory cgroup: below the attacker's 256 MiB so
+# a fill stops with ENOSPC, not an OOM kill.
+DISK_BYTES = 192 << 20
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, heavy_lock: None) -> Iterator[Stack]:
-    with running_stack(tmp_path_factory.mktemp("hostile-code") / "home") as running:
-        yield running
+    saved = os.environ.get("ORCHARD_SANDBOX_DISK_BYTES")
+    os.environ["ORCHARD_SANDBOX_DISK_BYTES"] = str(DISK_BYTES)
+    try:
+        with running_stack(tmp_path_factory.mktemp("hostile-code") / "home") as running:
+            yield running
+    finally:
+        if saved is None:
+            os.environ.pop("ORCHARD_SANDBOX_DISK_BYTES", None)
+        else:
+            os.environ["ORCHARD_SANDBOX_DISK_BYTES"] = saved
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "code-attacks.json").write_text(json.dumps(RESULTS, indent=2) + "\n")
 
@@ -223,28 +237,36 @@ def test_infinite_loop_sigterm_ignorers_and_setsid_escapes(
 
 
 def test_disk_fill(stack: Stack, attacker: Sandbox, neighbour: Sandbox) -> None:
-    """No disk quota today: a fill is bounded only by the host filesystem. Bounded here to
-    512 MiB so the test itself cannot fill the host; reports what limited it."""
+    """512 MiB of zeros into /tmp: the sandbox's writable layer is a tmpfs capped at
+    DISK_BYTES, so the write stops with ENOSPC there, the host's disk is untouched, and the
+    sandbox keeps working once the file is gone."""
+    name = "disk fill (512 MiB into /tmp, 192 MiB quota)"
     try:
         r, _ = _under_attack(
-            "disk fill (512 MiB into /tmp)",
+            name,
             neighbour,
             stack,
             lambda: attacker.exec(
-                "dd if=/dev/zero of=/tmp/fill bs=1M count=512 2>&1 | tail -1; df -k /tmp | tail -1",
+                "dd if=/dev/zero of=/tmp/fill bs=1M count=512 2>&1 | tail -2; "
+                "stat -c %s /tmp/fill; df -k /tmp | tail -1",
                 timeout=60,
             ),
         )
-        RESULTS["disk fill (512 MiB into /tmp)"]["df_inside"] = r.stdout_text.strip()
-    finally:  # the fill's dirty pages count against the attacker's 256 MiB for later tests
+        lines = r.stdout_text.strip().splitlines()
+        written = int(lines[-2])
+        RESULTS[name]["written_bytes"] = written
+        RESULTS[name]["df_inside"] = lines[-1]
+        assert "No space left on device" in r.stdout_text, r.stdout_text
+        assert DISK_BYTES // 2 <= written <= DISK_BYTES, written
+    finally:  # the fill's pages count against the attacker's 256 MiB for later tests
         attacker.exec("rm -f /tmp/fill")
     assert attacker.exec("echo alive").stdout == b"alive\n"
 
 
 def test_background_fork_bomb_left_behind(stack: Stack, neighbour: Sandbox) -> None:
     """A command that exits 0 but leaves a loop forking sleepers forever: the pids limit holds
-    it at the limit; there is no kill-everything call today, so deleting the sandbox is what
-    ends it (and the sandbox's cgroup goes)."""
+    it at the limit; ``kill_all`` ends it and the sandbox serves again (more cases in
+    test_hostile_kill_all.py); deleting the sandbox removes its cgroup."""
     with _create(stack, pids=64) as sb:
         r, _ = _under_attack(
             "background fork bomb left after exit (pids=64)",
@@ -262,6 +284,13 @@ def test_background_fork_bomb_left_behind(stack: Stack, neighbour: Sandbox) -> N
         RESULTS["background fork bomb left after exit (pids=64)"]["pids_held_after_exit"] = held
         assert 32 <= held <= 64, held  # it kept running and filled the limit, no further
         assert int(events.read_text().split()[1]) > 0
+        killed = sb.kill_all()
+        left = int(current.read_text())
+        RESULTS["background fork bomb left after exit (pids=64)"].update(
+            kill_all_killed=killed, pids_after_kill_all=left
+        )
+        assert killed >= held - 4 and left <= 4, (killed, left)
+        assert sb.exec("echo alive").stdout == b"alive\n"
         sandbox_id = sb.id
     gone_by = time.monotonic() + 30
     while Path(f"/sys/fs/cgroup/pids/orchard/{sandbox_id}").exists() and time.monotonic() < gone_by:

@@ -47,9 +47,17 @@ class Outcome:
 
     @property
     def clear(self) -> bool:
-        return self.code == grpc.StatusCode.OK or (
-            self.code in CLEAR_CODES and bool(self.details.strip())
+        return (
+            self.code == grpc.StatusCode.OK
+            or (self.code in CLEAR_CODES and bool(self.details.strip()))
+            or self.idle_ended
         )
+
+    @property
+    def idle_ended(self) -> bool:
+        """The executor ended a silent stream (stream_bounds.py): DEADLINE_EXCEEDED from the
+        server with its message, not a client deadline that ran out."""
+        return self.code == grpc.StatusCode.DEADLINE_EXCEEDED and "sent nothing" in self.details
 
 
 def call_raw(
