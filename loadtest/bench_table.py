@@ -28,6 +28,19 @@ def _met(result: dict[str, Any], name: str) -> str:
     return f"{t['target']}: {'met' if t['met'] else '**missed**'}"
 
 
+_UNITS = {
+    "upload_MBps": ("file up", "MB/s"),
+    "download_MBps": ("file down", "MB/s"),
+    "upload_files_per_s": ("tree up", "files/s"),
+    "download_files_per_s": ("tree down", "files/s"),
+}
+
+
+def _figure(key: str, value: float) -> str:
+    what, unit = _UNITS[key]
+    return f"{what} {value} {unit}"
+
+
 def render(result: dict[str, Any]) -> str:
     orch = result.get("orchard", {})
     sw = result.get("swerex", {})
@@ -91,11 +104,8 @@ def render(result: dict[str, Any]) -> str:
             "20,000 files/s each way)."
         )
     peer_files = [
-        f"{name} {figures}"
-        for name, figures in (
-            ("SWE-ReX upload", sw.get("files")),
-            ("`docker cp`", dk.get("cp")),
-        )
+        f"{name}: " + ", ".join(_figure(k, v) for k, v in figures.items() if k in _UNITS)
+        for name, figures in (("SWE-ReX `upload`", sw.get("files")), ("`docker cp`", dk.get("cp")))
         if figures
     ]
     if peer_files:
