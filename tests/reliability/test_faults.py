@@ -37,6 +37,8 @@ from typing import Any
 
 import pytest
 
+from orchard import Sandbox
+from orchard.client import OrchardError
 from tests.reliability.load import (
     CallOutcome,
     LoadMix,
@@ -219,6 +221,10 @@ def _kill_service_round(faults: Faults, service: str, probe_ops: set[str]) -> di
     round_start = time.monotonic()
     load.start()
     time.sleep(WARM_S)
+    # An SDK client too, with its channels made before the fault: it must resume by itself.
+    sdk_box = Sandbox.connect(load.sandboxes[-1].id, endpoint=load.endpoint, api_key=load.api_key)
+    sdk_call = (lambda: sdk_box.exec("true")) if service == "executor" else sdk_box.info
+    sdk_call()
     burst = CreateBurst(load, 8)
     burst.start()
     time.sleep(0.05)
@@ -230,6 +236,16 @@ def _kill_service_round(faults: Faults, service: str, probe_ops: set[str]) -> di
     killed_wall = time.time() - (restarted_at - fault_at)
     assert wait_until(lambda: addr_file.exists() and addr_file.stat().st_mtime > killed_wall, 30)
     serving_at = time.monotonic()
+
+    def sdk_ok() -> bool:
+        try:
+            sdk_call()
+        except OrchardError:
+            return False
+        return True
+
+    assert wait_until(sdk_ok, 30)
+    sdk_back_at = time.monotonic()
     assert wait_until(lambda: load.first_ok_after(restarted_at, probe_ops) is not None, 30)
     back_at = restarted_at + (load.first_ok_after(restarted_at, probe_ops) or 0.0)
     time.sleep(AFTER_S)
@@ -239,6 +255,7 @@ def _kill_service_round(faults: Faults, service: str, probe_ops: set[str]) -> di
     result["creates_in_flight_retried"] = burst.retry_failed()
     result["pids"] = {"killed": old, "restarted": new}
     result["serving_after_s"] = round(serving_at - fault_at, 3)
+    result["sdk_resumed_after_s"] = round(sdk_back_at - fault_at, 3)
     result["new_process_after_s"] = round(restarted_at - fault_at, 3)
     result["accounted"] = _assert_accounted(faults)
     result["writes"] = load.verify_writes(_usable_ids(faults))

@@ -25,6 +25,12 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # A restarted gateway or executor (``orchard up`` restarts a dead one on the
+    # same address) is reached again within a second; gRPC's default reconnect
+    # backoff grows past that and kept answering UNAVAILABLE after it was back.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 StubT = TypeVar("StubT")
