@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,6 +75,14 @@ def test_create_get_delete_with_real_containers(real_plane: ControlPlane) -> Non
     images = stub.ListImages(sandbox_pb2.ListImagesRequest(), metadata=auth).images
     assert any(i.is_default for i in images)
     stub.DeleteSandbox(sandbox_pb2.DeleteSandboxRequest(id=sb.id), metadata=auth)
+    # The delete answers at DELETING; the teardown finishes in the background.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        got = stub.GetSandbox(sandbox_pb2.GetSandboxRequest(id=sb.id), metadata=auth)
+        if got.state == sandbox_pb2.DELETED:
+            break
+        assert got.state == sandbox_pb2.DELETING
+        time.sleep(0.02)
     assert sb.id not in _backend_ids(real_plane)
     assert not (real_plane.home / "sandboxes" / sb.id).exists()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -229,6 +230,10 @@ def test_delete_removes_veth_rules_and_lease(stack: Stack) -> None:
     sb = create(stack, NetworkPolicy.allowlist(cidrs=["203.0.113.0/24"], domains=["allowed.test"]))
     assert len(network_leftovers(sb.id)) >= 3  # the probe sees the live sandbox's network
     sb.delete()
+    # The delete answers once the sandbox is DELETING; the teardown follows in the background.
+    deadline = time.monotonic() + 20
+    while network_leftovers(sb.id) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert network_leftovers(sb.id) == []
 
 
@@ -243,7 +248,8 @@ def test_update_errors_are_clear(stack: Stack) -> None:
         with pytest.raises(orchard.InvalidRequestError, match="only allowed with mode ALLOWLIST"):
             sb.set_network("internet", domains=["allowed.test"])
         assert sb.info().network.mode == "none"
-    with pytest.raises(orchard.SandboxNotReadyError, match="DELETED"):
+    # DELETING until the background teardown is done, then DELETED.
+    with pytest.raises(orchard.SandboxNotReadyError, match="DELET(ING|ED)"):
         Sandbox.connect(sb.id, endpoint=stack.endpoint, api_key=sb.config.api_key).set_network(
             "internet"
         )
