@@ -249,7 +249,7 @@ def test_update_errors_are_clear(stack: Stack) -> None:
             sb.set_network("internet", domains=["allowed.test"])
         assert sb.info().network.mode == "none"
     # DELETING until the background teardown is done, then DELETED.
-    with pytest.raises(orchard.SandboxNotReadyError, match="DELET(ING|ED)"):
+    with pytest.raises(orchard.SandboxNotReadyError, match=r"DELET(ING|ED)"):
         Sandbox.connect(sb.id, endpoint=stack.endpoint, api_key=sb.config.api_key).set_network(
             "internet"
         )
