@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,13 @@ def test_sync_face(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
             result.members == 1
             and (tmp_path / "down" / "f").read_bytes() == (tmp_path / "up" / "f").read_bytes()
         )
-    assert Sandbox.connect(sb.id, endpoint=stack.endpoint, api_key=key).last_info.state == "deleted"
+    # The delete answers at "deleting"; the background teardown then makes it "deleted".
+    deadline = time.monotonic() + 30
+    state = Sandbox.connect(sb.id, endpoint=stack.endpoint, api_key=key).last_info.state
+    while state == "deleting" and time.monotonic() < deadline:
+        time.sleep(0.02)
+        state = Sandbox.connect(sb.id, endpoint=stack.endpoint, api_key=key).last_info.state
+    assert state == "deleted"
 
 
 def test_async_face(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
