@@ -14,7 +14,7 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc
 
-.PHONY: run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm test-rewards-ml
+.PHONY: run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm test-rewards-ml
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
@@ -82,10 +82,17 @@ loadtest: setup ## Locust headless: N users create -> 4 commands -> delete (MODE
 	$(PY) loadtest/run_locust.py --users $(N) --mode $(MODE)
 
 SOAK_MINUTES ?= 20
+FUZZ_SECONDS ?= 30
+FUZZ_RUNS ?= 50000
 SOAK_CONCURRENCY ?= 8
 
 test-reliability: setup ## the reliability suite alone (faults under 200 sandboxes, hostile clients and code)
 	ORCHARD_TEST_STRICT=1 $(PY) -m pytest -q -rA -m reliability tests/reliability
+
+fuzz: venv ## atheris on our parsers (tar reader, paths, tokens, REST JSON, init protocol); FUZZ_SECONDS / FUZZ_RUNS per target
+	mkdir -p build/fuzz && cd build/fuzz && for t in tar paths token rest init; do \
+		PYTHONPATH=$(CURDIR) $(CURDIR)/$(PY) -m tests.reliability.fuzz.targets $$t \
+			-runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 soak: setup ## bounded soak: create -> execs + file write/read -> delete for SOAK_MINUTES, JSON out, non-zero on growth
 	flock /tmp/orchard-heavy.lock $(PY) loadtest/soak.py --minutes $(SOAK_MINUTES) --concurrency $(SOAK_CONCURRENCY)

@@ -147,6 +147,18 @@ def to_json(message: Message) -> dict[str, Any]:
     return out
 
 
+def parse_body(body: bytes, cls: type[Message]) -> Message:
+    """A request body (JSON, or empty for the default message) as ``cls``; RestError
+    (INVALID_ARGUMENT) for anything else. Pure, so the fuzzer can drive it."""
+    message = cls()
+    if body.strip():
+        try:
+            json_format.Parse(body, message)
+        except (json_format.ParseError, UnicodeDecodeError) as exc:
+            raise _bad_request(f"invalid {cls.DESCRIPTOR.full_name} JSON: {exc}") from None
+    return message
+
+
 def sandbox_id_in(message: Message) -> str:
     """The sandbox an ExecutorService request names (top level or in ``start``)."""
     if "sandbox_id" in message.DESCRIPTOR.fields_by_name:
@@ -244,13 +256,7 @@ class RestFront:
                 "BODY_TIMEOUT",
                 http_status=408,
             ) from None
-        message = cls()
-        if body.strip():
-            try:
-                json_format.Parse(body, message)
-            except (json_format.ParseError, UnicodeDecodeError) as exc:
-                raise _bad_request(f"invalid {cls.DESCRIPTOR.full_name} JSON: {exc}") from None
-        return message
+        return parse_body(body, cls)
 
     async def _target(
         self, service: ServiceDescriptor, request: web.Request, message: Message

@@ -107,7 +107,9 @@ class TokenSigner:
         token cannot even probe which of its fields is wrong.
         """
         parts = token.split(".")
-        if len(parts) != 6 or parts[0] != _VERSION:
+        # Tokens are ASCII; anything else would reach compare_digest (TypeError on
+        # non-ASCII str) and str.isdigit (true for other scripts' digits). Found by atheris.
+        if not token.isascii() or len(parts) != 6 or parts[0] != _VERSION:
             raise TokenError("malformed token")
         payload, signature = token.rsplit(".", 1)
         if not hmac.compare_digest(signature, self._sign(payload)):
