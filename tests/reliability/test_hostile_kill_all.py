@@ -152,3 +152,11 @@ def test_kill_all_refuses_foreign_token_and_bad_signal(stack: Stack) -> None:
             "bad_signals": "INVALID_ARGUMENT x3",
         }
         assert isinstance(stub, executor_pb2_grpc.ExecutorServiceStub)
+
+
+def test_cli_kill_all(stack: Stack) -> None:
+    with _create(stack) as sb:
+        sb.exec("sleep 300 >/dev/null 2>&1 &")
+        done = stack.cli("kill-all", sb.id, check=True)
+        assert int(done.stdout.strip()) >= 1, done
+        assert "sleep" not in sb.exec("cat /proc/[0-9]*/comm").stdout_text
