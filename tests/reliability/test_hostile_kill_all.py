@@ -65,6 +65,10 @@ def _fill_with_bomb(sb: Sandbox) -> int:
 
 def _after_kill(sb: Sandbox, name: str, held: int, killed: int, seconds: float) -> None:
     left = _pids_current(sb)
+    settle_by = time.monotonic() + 2  # the kill-all's own shim exits and init re-forks a spare
+    while left > 4 and time.monotonic() < settle_by:
+        time.sleep(0.05)
+        left = _pids_current(sb)
     RESULTS[name] = {
         "pids_held_before": held,
         "killed": killed,
@@ -88,18 +92,25 @@ def test_kill_all_ends_a_background_fork_bomb(stack: Stack) -> None:
         _after_kill(sb, "spare shim serves the kill-all", held, killed, time.monotonic() - start)
 
 
-def test_kill_all_served_by_init_when_no_shim_can_fork(stack: Stack) -> None:
-    """An exec into the full sandbox takes the spare shim, which cannot fork its command;
-    init cannot fork a new spare either, so the kill-all must be served by init itself."""
+def test_kill_all_after_execs_into_the_full_sandbox(stack: Stack) -> None:
+    """Execs into the full sandbox take the spare shim, and init usually cannot fork a new
+    one; the kill-all then has to be served by init itself (which path served it is not
+    visible from outside, so this checks the outcome: the bomb is gone either way)."""
     with _create(stack, pids=PIDS) as sb:
         held = _fill_with_bomb(sb)
-        with pytest.raises(OrchardError) as failed:
-            for _ in range(3):
+        failed = 0
+        for _ in range(5):
+            try:
                 sb.exec("true", timeout=10)
-        RESULTS["exec into the full sandbox"] = {"error": str(failed.value)[:200]}
+            except OrchardError as exc:
+                failed += 1
+                RESULTS["exec into the full sandbox"] = {"error": str(exc)[:200]}
+        RESULTS.setdefault("exec into the full sandbox", {})["failed_of_5"] = failed
         start = time.monotonic()
         killed = sb.kill_all()
-        _after_kill(sb, "init serves the kill-all", held, killed, time.monotonic() - start)
+        _after_kill(
+            sb, "kill-all after execs into the full sandbox", held, killed, time.monotonic() - start
+        )
 
 
 def test_kill_all_reaches_running_commands(stack: Stack) -> None:
