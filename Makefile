@@ -12,7 +12,7 @@ ORCHARD_HOME ?= /var/lib/orchard
 ORCHARD_IMAGES_DIR ?= $(ORCHARD_HOME)/images
 export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
-SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc
+SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx
 
 .PHONY: run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm test-rewards-ml
 

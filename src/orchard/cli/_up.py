@@ -32,10 +32,13 @@ from typing import IO, Any
 from orchard.client import OrchardError
 from orchard.common.layout import NodeLayout, orchard_home
 from orchard.executor.initbin import ensure_init_binary
+from orchard.gateway.proxy_nginx import NginxMissingError, nginx_binary
 
 from ._supervision import RestartPolicy
 
 READY_TIMEOUT_SECONDS = 60.0
+DATA_PLANE_PROXIES = ("nginx", "python", "off")
+DEFAULT_DATA_PLANE_PROXY = "python"
 STOP_TIMEOUT_SECONDS = 60.0
 
 
@@ -56,6 +59,20 @@ def register(commands: Any) -> None:
         type=int,
         default=None,
         help="REST/JSON port (default 50080, or a free one with --port 0; -1: no REST front)",
+    )
+    p.add_argument(
+        "--data-plane-proxy",
+        choices=DATA_PLANE_PROXIES,
+        default=os.environ.get("ORCHARD_DATA_PLANE_PROXY") or DEFAULT_DATA_PLANE_PROXY,
+        help="who forwards ORCHARD_DATA_PLANE=proxy clients' exec/file calls: nginx (a C hop "
+        "on its own port, run/data-plane.addr), python (the gateway itself), off "
+        f"(default $ORCHARD_DATA_PLANE_PROXY or {DEFAULT_DATA_PLANE_PROXY})",
+    )
+    p.add_argument(
+        "--data-plane-port",
+        type=int,
+        default=None,
+        help="nginx data-plane proxy port (default 50052, or a free one with --port 0)",
     )
     p.set_defaults(run=cmd_up)
 
@@ -183,6 +200,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "executor.addr",
         "gateway-http.addr",
         "rewards.addr",
+        "data-plane.addr",
     ):
         (layout.run / stale).unlink(missing_ok=True)
     env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
@@ -200,6 +218,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     metrics = ["--metrics-listen", "127.0.0.1:0"]
     http_port = args.http_port if args.http_port is not None else (0 if args.port == 0 else 50080)
     rest = [] if http_port < 0 else ["--http-listen", f"{args.host}:{http_port}"]
+    if args.data_plane_proxy == "nginx":
+        try:  # fail before starting anything: no silent fallback to the Python proxy
+            nginx_binary()
+        except NginxMissingError as err:
+            raise StackError(str(err)) from None
+    no_python_proxy = ["--no-data-plane-proxy"] if args.data_plane_proxy == "off" else []
     children: list[Child] = []
     try:
         executor, executor_addr = _start(
@@ -219,7 +243,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         children.append(scheduler)
         gateway, endpoint = _start(
             "gateway", "orchard.gateway", ["--listen", f"{args.host}:{args.port}", "--scheduler", scheduler_addr,
-                                           *metrics, *rest],
+                                           *metrics, *rest, *no_python_proxy],
             home, env,
         )  # fmt: skip
         gateway.restart_args = _pinned(
@@ -232,6 +256,17 @@ def cmd_up(args: argparse.Namespace) -> int:
                 (layout.run / "gateway-http.addr").read_text().strip(),
             )
         children.append(gateway)
+        data_plane = None
+        if args.data_plane_proxy == "nginx":
+            dp_port = args.data_plane_port
+            dp_port = dp_port if dp_port is not None else (0 if args.port == 0 else 50052)
+            nginx, data_plane = _start(
+                "data-plane-proxy", "orchard.gateway.proxy_nginx_main",
+                ["--listen", f"{args.host}:{dp_port}", "--executor", executor_addr],
+                home, env,
+            )  # fmt: skip
+            nginx.restart_args = _pinned(nginx.restart_args, "--listen", data_plane)
+            children.append(nginx)
         rewards, rewards_addr = _start(
             "rewards",
             "orchard.rewards",
@@ -247,6 +282,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         if rest:
             http = (layout.run / "gateway-http.addr").read_text().strip()
             print(f"REST/JSON: http://{http}/v1/<Service>/<Method>", flush=True)
+        if data_plane:
+            print(f"Data-plane proxy (nginx): {data_plane}  (run/data-plane.addr)", flush=True)
         print(f"Metrics: {layout.run}/<service>.metrics.addr (Prometheus /metrics)", flush=True)
         print(
             f"Logs: {home / 'logs'}  (Ctrl-C stops the stack and deletes its sandboxes)", flush=True

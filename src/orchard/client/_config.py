@@ -6,7 +6,10 @@ the files the embedded default (``orchard up``) writes under
 ``dev-api-key``. ``ORCHARD_DATA_PLANE`` (``direct``, the default, or ``proxy``)
 says whether exec/session/file calls go straight to the sandbox's node
 executor or through the gateway (which forwards them; for clients that cannot
-reach the nodes). That way a laptop user needs no set-up at all and a trainer
+reach the nodes). In proxy mode those calls go to ``ORCHARD_DATA_PLANE_ENDPOINT``
+when set, else to the home's ``run/data-plane.addr`` (written by ``orchard up
+--data-plane-proxy nginx``) when the endpoint itself came from that home, else
+to the gateway endpoint (its own Python proxy). That way a laptop user needs no set-up at all and a trainer
 on a cluster sets two variables.
 """
 
@@ -31,6 +34,8 @@ class ClientConfig:
     """Sent as ``authorization: Bearer <api_key>``."""
     data_plane: str = "direct"
     """``direct``: data-plane calls go to the node executor; ``proxy``: through the gateway."""
+    data_plane_endpoint: str | None = None
+    """host:port proxy-mode data-plane calls go to (an nginx proxy); None: the gateway endpoint."""
 
     @property
     def proxied(self) -> bool:
@@ -46,6 +51,7 @@ class ClientConfig:
     ) -> ClientConfig:
         env = os.environ if environ is None else environ
         home = Path(env.get("ORCHARD_HOME") or DEFAULT_HOME)
+        from_home = not (endpoint or env.get("ORCHARD_ENDPOINT"))
         endpoint = endpoint or env.get("ORCHARD_ENDPOINT") or _read(home / "run" / "gateway.addr")
         if not endpoint:
             raise ConfigurationError(
@@ -63,7 +69,15 @@ class ClientConfig:
                 f"data plane {data_plane!r}: expected one of {', '.join(DATA_PLANE_MODES)} "
                 "(ORCHARD_DATA_PLANE)"
             )
-        return cls(endpoint=endpoint, api_key=api_key, data_plane=data_plane)
+        data_plane_endpoint = env.get("ORCHARD_DATA_PLANE_ENDPOINT") or (
+            _read(home / "run" / "data-plane.addr") if from_home else ""
+        )
+        return cls(
+            endpoint=endpoint,
+            api_key=api_key,
+            data_plane=data_plane,
+            data_plane_endpoint=data_plane_endpoint or None,
+        )
 
 
 def _read(path: Path) -> str:

@@ -102,8 +102,11 @@ class SandboxCore:
 
     def _data_plane_address(self, access: ExecutorAccess) -> str:
         """Where data-plane calls go: the node executor, or the gateway in proxy mode
-        (it forwards them there; the token rides along either way)."""
-        return self.config.endpoint if self.config.proxied else access.address
+        (it forwards them there, or the nginx proxy the config names; the token rides along
+        either way)."""
+        if self.config.proxied:
+            return self.config.data_plane_endpoint or self.config.endpoint
+        return access.address
 
     def _set_access(self, msg: sandbox_pb2.ExecutorAccess) -> ExecutorAccess:
         if not msg.address:
