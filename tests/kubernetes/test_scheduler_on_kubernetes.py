@@ -147,7 +147,8 @@ def test_create_answers_with_the_pod_ip_not_a_node_executor(
     # The owner's TTL is on the pod: the kubelet ends it even without a scheduler.
     assert pod["spec"]["activeDeadlineSeconds"] == 300 + 300
     plane.stub.DeleteSandbox(sandbox_pb2.DeleteSandboxRequest(id=made.id), metadata=plane.auth())
-    assert fake_api.pod(NAMESPACE, made.id) is None
+    # The delete answers at DELETING; the backend's delete follows in the background.
+    wait_for("the pod to be deleted", lambda: fake_api.pod(NAMESPACE, made.id) is None)
 
 
 def test_pool_members_are_free_pods_and_a_claim_takes_one_by_its_resource_version(
@@ -344,7 +345,15 @@ def test_allowlist_policy_follows_the_pod_through_updates_and_delete(
     )
     assert name in egress_policies(fake_api)
     plane.stub.DeleteSandbox(sandbox_pb2.DeleteSandboxRequest(id=made.id), metadata=plane.auth())
-    assert fake_api.pod(NAMESPACE, made.id) is None
+    # The delete answers at DELETING; the backend's delete follows in the background.
+    wait_for(
+        "the pod and its egress policy to be deleted",
+        lambda: (
+            fake_api.pod(NAMESPACE, made.id) is None
+            and name not in egress_policies(fake_api)
+            and f"{made.id}.json" not in proxy_table(fake_api)
+        ),
+    )
     assert name not in egress_policies(fake_api)
     assert f"{made.id}.json" not in proxy_table(fake_api)
 
