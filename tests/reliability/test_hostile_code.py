@@ -34,8 +34,9 @@ from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 from .fuzz.harness import RESULTS_DIR, latencies, p50_ms, rss_kib, service_pid
 
-# The timeout covers waiting for the machine-wide heavy lock, which another run may hold.
-pytestmark = [*REQUIRES_STACK, pytest.mark.reliability, pytest.mark.timeout(600)]
+# The timeout covers waiting for the machine-wide heavy lock, which another run (a 20-minute
+# soak) may hold.
+pytestmark = [*REQUIRES_STACK, pytest.mark.reliability, pytest.mark.timeout(1200)]
 
 HEAVY_LOCK = "/tmp/orchard-heavy.lock"
 RESULTS: dict[str, dict[str, Any]] = {}
