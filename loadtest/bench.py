@@ -12,7 +12,9 @@ runc containers) in a temporary home, then measures, through the public SDK:
 - ``warm_claim``: ``Sandbox.create(template=...)`` answered from a warm pool (as
   ``loadtest/bench_pool.py``), beside the cold creates of the same run;
 - ``proxy``: exec ``true`` direct vs through the gateway's data-plane proxy, alternating
-  rounds (``loadtest/bench_proxy.py``); overhead = paired p50 difference;
+  rounds (``loadtest/bench_proxy.py``); overhead = paired p50 difference; the stack runs
+  with ``--data-plane-proxy nginx``, so the same rotation also goes through nginx
+  (``nginx_overhead_p50_ms``);
 - ``files``: a ``--file-mib`` file each way and a ``--files``-file tree each way through
   the SDK (``loadtest/bench_files.py``'s ``sdk_figures``);
 
@@ -167,7 +169,9 @@ def measure_orchard(endpoint: str, key: str, args: argparse.Namespace) -> dict[s
         out["throughput"] = throughput(endpoint, key, sb.id, 64, args.seconds)
         out["throughput_2proc"] = throughput_processes(endpoint, key, sb.id, 64, args.seconds, 2)
         if args.proxy_rounds > 0:
-            out["proxy"] = proxy_overhead(endpoint, key, sb.id, args.proxy_rounds, 200)
+            out["proxy"] = proxy_overhead(
+                endpoint, key, sb.id, args.proxy_rounds, 200, args.data_plane_endpoint
+            )
         if args.files > 0:
             out["files"] = sdk_figures(sb, args.file_mib, args.files, repeat=args.files_repeat)
     if args.claims > 0:
@@ -218,6 +222,7 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
     add("cold_create_p50_ms", ("create", "p50_ms"), "<=", 150)
     add("warm_claim_p50_ms", ("warm_claim", "p50_ms"), "<=", 5)
     add("proxy_overhead_p50_ms", ("proxy", "overhead_p50_ms"), "<=", 0.3)
+    add("proxy_overhead_p50_ms_nginx", ("proxy", "nginx_overhead_p50_ms"), "<=", 0.3)
     add("file_write_MBps", ("files", "write_MBps", "median"), ">=", 300)
     add("file_read_MBps", ("files", "read_MBps", "median"), ">=", 300)
     add("tree_upload_files_per_s", ("files", "upload_files_per_s", "median"), ">=", 20_000)
@@ -270,8 +275,10 @@ def main() -> None:
                 f"[templates.{POOL_TEMPLATE}]\nmemory_bytes = {POOL_MEMORY}\n"
                 f"min = {args.claims}\nmax = {args.claims}\n"
             )
+        os.environ["ORCHARD_DATA_PLANE_PROXY"] = "nginx"  # the gateway's proxy is served too
         with running_stack(home) as stack:
             key = (stack.home / "dev-api-key").read_text().strip()
+            args.data_plane_endpoint = (home / "run" / "data-plane.addr").read_text().strip()
             result["orchard"] = measure_orchard(stack.endpoint, key, args)
     result["loadavg_after"] = round(os.getloadavg()[0], 2)
     if not args.skip_peers:

@@ -238,3 +238,23 @@ def test_missing_nginx_is_a_clear_error(tmp_path: Path) -> None:
     assert "nginx" in result.stderr and "--data-plane-proxy python" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "home" / "logs" / "executor.log").exists()  # nothing was started
+
+
+def test_sdk_config_reads_the_data_plane_file_only_from_its_own_home(tmp_path: Path) -> None:
+    from orchard.client._config import ClientConfig
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "gateway.addr").write_text("127.0.0.1:1\n")
+    (tmp_path / "run" / "data-plane.addr").write_text("127.0.0.1:2\n")
+    home = {"ORCHARD_HOME": str(tmp_path), "ORCHARD_API_KEY": "k", "ORCHARD_DATA_PLANE": "proxy"}
+    assert ClientConfig.resolve(environ=home).data_plane_endpoint == "127.0.0.1:2"
+    # An endpoint named elsewhere is another stack: this home's nginx is not its data plane.
+    assert (
+        ClientConfig.resolve(environ={**home, "ORCHARD_ENDPOINT": "gw:9"}).data_plane_endpoint
+        is None
+    )
+    assert ClientConfig.resolve(environ=home, endpoint="gw:9").data_plane_endpoint is None
+    named = {**home, "ORCHARD_ENDPOINT": "gw:9", "ORCHARD_DATA_PLANE_ENDPOINT": "dp:7"}
+    assert ClientConfig.resolve(environ=named).data_plane_endpoint == "dp:7"
+    (tmp_path / "run" / "data-plane.addr").unlink()
+    assert ClientConfig.resolve(environ=home).data_plane_endpoint is None
