@@ -31,9 +31,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchard._proto.orchard.v1 import executor_pb2
-
-EXECUTOR_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name
+# Spelled out, not read from the stubs: the wrapper that runs nginx stays a small process
+# (importing protobuf would triple its RSS); a test checks it against executor.proto.
+EXECUTOR_SERVICE = "orchard.v1.ExecutorService"
 # Longer than any exec timeout or silent stream we serve; the executor bounds idle streams.
 STREAM_TIMEOUT_SECONDS = 24 * 3600
 # nginx closes a client connection after this many requests; gRPC clients keep one connection.

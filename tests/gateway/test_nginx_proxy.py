@@ -129,6 +129,10 @@ def test_conf_has_one_fixed_upstream_and_no_client_chosen_target(tmp_path: Path)
         render_conf("127.0.0.1:5000", ["evil; include /etc/passwd:1"], paths)
     with pytest.raises(ValueError):
         render_conf("127.0.0.1:5000", [], paths)
+    assert (
+        f"location /{executor_pb2.DESCRIPTOR.services_by_name['ExecutorService'].full_name}/ "
+        in conf
+    )
 
 
 def test_sdk_finds_nginx_from_the_home(ngx: NginxStack, proxied: Sandbox) -> None:
