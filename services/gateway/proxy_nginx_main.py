@@ -13,6 +13,7 @@ nginx's code, so ``orchard up`` restarts both on the same address.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from .proxy_nginx import NginxMissingError, NginxPaths, nginx_binary, write_conf
 
 READY_TIMEOUT_SECONDS = 20.0
 DATA_PLANE_ADDR_FILE = "data-plane.addr"
+PR_SET_PDEATHSIG = 1
 
 
 def _free_address(listen: str) -> str:
@@ -36,6 +38,14 @@ def _free_address(listen: str) -> str:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.bind((host.strip("[]"), 0))
         return f"{host}:{probe.getsockname()[1]}"
+
+
+def _die_with_parent() -> None:
+    """In nginx before exec: SIGKILL it when this process dies (even by SIGKILL), so a
+    restarted wrapper never finds its port held by a left-over nginx."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
 def _connectable(address: str) -> bool:
@@ -85,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     process = subprocess.Popen(
         [binary, "-c", str(conf), "-p", str(paths.root), "-e", str(paths.error_log)],
         stdin=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,  # only prctl: safe without threads
     )
 
     def forward(signum: int, frame: object) -> None:

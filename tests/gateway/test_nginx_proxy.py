@@ -123,7 +123,7 @@ def test_conf_has_one_fixed_upstream_and_no_client_chosen_target(tmp_path: Path)
     conf = render_conf("127.0.0.1:5000", ["127.0.0.1:6000"], paths)
     assert "server 127.0.0.1:6000" in conf and "grpc_pass grpc://orchard_executors;" in conf
     assert "$http_" not in conf  # no upstream taken from a header
-    assert "daemon off;" in conf and "worker_processes 1;" in conf
+    assert "daemon off;" in conf and "master_process off;" in conf
     assert f"pid {paths.pid};" in conf and str(tmp_path / "logs") in conf
     with pytest.raises(ValueError):
         render_conf("127.0.0.1:5000", ["evil; include /etc/passwd:1"], paths)
@@ -262,3 +262,25 @@ def test_sdk_config_reads_the_data_plane_file_only_from_its_own_home(tmp_path: P
     assert ClientConfig.resolve(environ=named).data_plane_endpoint == "dp:7"
     (tmp_path / "run" / "data-plane.addr").unlink()
     assert ClientConfig.resolve(environ=home).data_plane_endpoint is None
+
+
+def test_killed_nginx_is_restarted_on_the_same_address(ngx: NginxStack, direct_sb: Sandbox) -> None:
+    pid_file = ngx.stack.home / "run" / "nginx" / "nginx.pid"
+    old_pid = int(pid_file.read_text())
+    os.kill(old_pid, 9)  # nginx's master, started by this test's stack
+    token = ngx.access(direct_sb.id).token
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with grpc.insecure_channel(ngx.data_plane) as channel:
+                stub = executor_pb2_grpc.ExecutorServiceStub(channel)
+                got = stub.Run(
+                    run_request(direct_sb.id, "echo", "back"), metadata=bearer(token), timeout=5
+                )
+            break
+        except grpc.RpcError:
+            assert time.monotonic() < deadline, "nginx was not restarted within 30 s"
+            time.sleep(0.2)
+    assert got.stdout == b"back\n"
+    assert int(pid_file.read_text()) != old_pid
+    assert (ngx.stack.home / "run" / "data-plane.addr").read_text().strip() == ngx.data_plane
