@@ -284,3 +284,18 @@ def test_killed_nginx_is_restarted_on_the_same_address(ngx: NginxStack, direct_s
     assert got.stdout == b"back\n"
     assert int(pid_file.read_text()) != old_pid
     assert (ngx.stack.home / "run" / "data-plane.addr").read_text().strip() == ngx.data_plane
+
+
+def test_unknown_proxy_kind_in_the_environment_is_refused(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "ORCHARD_HOME": str(tmp_path / "home"),
+        "ORCHARD_DATA_PLANE_PROXY": "envoy",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "orchard.cli", "up", "--port", "0"],
+        env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "'envoy'" in result.stderr and "ORCHARD_DATA_PLANE_PROXY" in result.stderr
+    assert "Traceback" not in result.stderr

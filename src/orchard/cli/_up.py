@@ -218,6 +218,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     metrics = ["--metrics-listen", "127.0.0.1:0"]
     http_port = args.http_port if args.http_port is not None else (0 if args.port == 0 else 50080)
     rest = [] if http_port < 0 else ["--http-listen", f"{args.host}:{http_port}"]
+    if args.data_plane_proxy not in DATA_PLANE_PROXIES:  # argparse does not check a default
+        raise StackError(
+            f"data-plane proxy {args.data_plane_proxy!r} ($ORCHARD_DATA_PLANE_PROXY): "
+            f"expected one of {', '.join(DATA_PLANE_PROXIES)}"
+        )
     if args.data_plane_proxy == "nginx":
         try:  # fail before starting anything: no silent fallback to the Python proxy
             nginx_binary()
