@@ -23,14 +23,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from orchard.common.errors import invalid, not_found
 from orchard.common.layout import NodeLayout, SandboxMeta, is_valid_sandbox_id
 
 META_FILE = "sandbox.json"
 INIT_SOCKET = "init.sock"
-MAX_REMEMBERED_PATHS = 65_536
+# A node holds at most a few thousand live sandboxes; entries of deleted ones
+# are dropped oldest first once this many are remembered (a 20-minute soak of
+# 39k create/delete cycles grew the executor by ~85 MiB while these were
+# unbounded). A dropped live entry costs one stat and parse on its next call.
+MAX_REMEMBERED_SANDBOXES = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,8 @@ class _MetaCache:
         if meta.sandbox_id != sandbox_id or not os.path.exists(socket):
             raise _missing(sandbox_id)
         sandbox = Sandbox(sandbox_id, rootfs, meta, str(socket))
+        self._entries.pop(sandbox_id, None)
+        _drop_oldest(self._entries)
         self._entries[sandbox_id] = (signature, sandbox)
         return sandbox
 
@@ -109,8 +115,7 @@ class SandboxDirectory:
         if paths is None:
             layout = self._layout.sandbox(sandbox_id)
             paths = (str(layout.meta_file), layout.rootfs, layout.init_socket)
-            if len(self._paths) >= MAX_REMEMBERED_PATHS:
-                self._paths.clear()
+            _drop_oldest(self._paths)
             self._paths[sandbox_id] = paths
         return self._cache.load(sandbox_id, *paths)
 
@@ -136,6 +141,12 @@ class SingleSandbox:
 
     def forget(self, sandbox_id: str) -> None:
         self._cache.forget(sandbox_id)
+
+
+def _drop_oldest(entries: dict[str, Any]) -> None:
+    """Make room for one more entry: forget the oldest insertions past the bound."""
+    while len(entries) >= MAX_REMEMBERED_SANDBOXES:
+        del entries[next(iter(entries))]
 
 
 def _missing(sandbox_id: str) -> Exception:
