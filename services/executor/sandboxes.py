@@ -34,7 +34,7 @@ INIT_SOCKET = "init.sock"
 # are dropped oldest first once this many are remembered (a 20-minute soak of
 # 39k create/delete cycles grew the executor by ~85 MiB while these were
 # unbounded). A dropped live entry costs one stat and parse on its next call.
-MAX_REMEMBERED_SANDBOXES = 8192
+MAX_REMEMBERED_SANDBOXES = 4096
 
 
 @dataclass(frozen=True, slots=True)
