@@ -97,6 +97,8 @@ class LocalBackend:
         self._init_watch = InitWatch(self._container_state)
         for folder in (self.layout.sandboxes, settings.runc_root):
             folder.mkdir(parents=True, exist_ok=True)
+        if settings.sandbox_disk_bytes:
+            scratch.check_supported(self.layout.sandboxes)
 
     # -- Backend interface -------------------------------------------------------
 

@@ -62,3 +62,29 @@ def mount_overlay_on_tmpfs(rootfs: Path, lower_layers: list[Path], size_bytes: i
     finally:
         for fd in fds:
             os.close(fd)
+
+
+class ScratchUnsupported(RuntimeError):
+    """This kernel cannot give sandboxes a tmpfs writable layer the way we mount it."""
+
+
+def check_supported(work_dir: Path) -> None:
+    """Mount and unmount one tiny overlay-on-tmpfs under ``work_dir``, once at start-up,
+    so an old kernel fails here with a message that says what to do, not on every
+    create with a bare errno."""
+    probe = work_dir / ".scratch-probe"
+    lower, target = probe / "lower", probe / "root"
+    for folder in (lower, target):
+        folder.mkdir(parents=True, exist_ok=True)
+    try:
+        mount_overlay_on_tmpfs(target, [lower], 1 << 20)
+    except OSError as err:
+        raise ScratchUnsupported(
+            f"per-sandbox tmpfs writable layers need Linux 6.13+ (overlayfs layers passed by "
+            f"file descriptor); this kernel is {os.uname().release} and refused it: {err}. "
+            "Set ORCHARD_SANDBOX_DISK_BYTES=0 to keep sandboxes' upper dirs on the home's "
+            "filesystem (then without a per-sandbox disk quota)."
+        ) from err
+    syscalls.umount(str(target))
+    for folder in (lower, target, probe):
+        folder.rmdir()
