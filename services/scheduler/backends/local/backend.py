@@ -42,7 +42,7 @@ from ..base import (
     valid_sandbox_id,
 )
 from ..netpolicy.policy import NetworkPolicySpec
-from . import cgroups, init_socket, injected, oci_config, overlay, scratch
+from . import cgroups, init_socket, injected, oci_config, overlay, scratch, slots
 from .images import (
     ImageStore,
     StoredImage,
@@ -88,7 +88,7 @@ class LocalBackend:
         self._pool = ThreadPoolExecutor(
             max_workers=settings.max_parallel + 2, thread_name_prefix="orchard-local"
         )
-        self._slots = asyncio.Semaphore(settings.max_parallel)
+        self._slots = slots.PrioritySlots(settings.max_parallel)
         self._id_locks: dict[str, _IdLock] = {}
         self._image_cache: dict[str, tuple[int, StoredImage]] = {}
         self._init_binary: Path | None = None
@@ -120,7 +120,7 @@ class LocalBackend:
                 "once at boot, before this backend can attach one)",
                 reason="UNSUPPORTED",
             )
-        async with self._id_lock(spec.sandbox_id), self._slots:
+        async with self._id_lock(spec.sandbox_id), self._slots.hold(slots.CREATE):
             image = await self._in_thread(lambda: self._image(spec.image))
             init_binary = await self._in_thread(self._resolve_init_binary)
             future = asyncio.get_running_loop().run_in_executor(
@@ -137,7 +137,7 @@ class LocalBackend:
 
     async def delete(self, sandbox_id: str) -> None:
         check_sandbox_id(sandbox_id)
-        async with self._id_lock(sandbox_id), self._slots:
+        async with self._id_lock(sandbox_id), self._slots.hold(slots.TEARDOWN):
             await asyncio.shield(
                 asyncio.get_running_loop().run_in_executor(
                     self._pool, self._delete_sync, sandbox_id
