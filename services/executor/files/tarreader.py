@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from orchard.common.errors import invalid
+from orchard.common.pax import parse_pax_records
 
 from .decompress import Readable
 from .fserrors import INVALID_FIELD
@@ -93,26 +94,10 @@ def _checksum_ok(block: bytes, stored: int) -> bool:
 
 
 def _parse_pax(data: bytes) -> dict[str, str]:
-    """``"%d %s=%s\\n"`` records; only the keys we use are kept."""
-    records: dict[str, str] = {}
-    pos = 0
-    while pos < len(data):
-        space = data.find(b" ", pos)
-        if space < 0:
-            break
-        try:
-            length = int(data[pos:space])
-        except ValueError:
-            raise _malformed("bad pax record length") from None
-        if length <= 0 or pos + length > len(data):
-            raise _malformed("bad pax record length")
-        record = data[space + 1 : pos + length - 1]
-        key, sep, value = record.partition(b"=")
-        if not sep:
-            raise _malformed("pax record without '='")
-        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
-        pos += length
-    return records
+    try:
+        return parse_pax_records(data)
+    except ValueError as err:
+        raise _malformed(str(err)) from None
 
 
 class TarReader:

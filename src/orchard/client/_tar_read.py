@@ -29,6 +29,8 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from orchard.common.pax import parse_pax_records
+
 from ._errors import InvalidRequestError, PathEscapeError
 
 BLOCK = 512
@@ -121,22 +123,10 @@ def _text(raw: bytes) -> str:
 
 
 def _pax_records(data: bytes) -> dict[str, str]:
-    records: dict[str, str] = {}
-    pos = 0
-    while pos < len(data):
-        space = data.find(b" ", pos)
-        if space < 0:
-            break
-        try:
-            length = int(data[pos:space])
-        except ValueError:
-            raise TarFormatError("the server sent a malformed PAX header") from None
-        if length <= 0 or pos + length > len(data):
-            raise TarFormatError("the server sent a malformed PAX header")
-        key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
-        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
-        pos += length
-    return records
+    try:
+        return parse_pax_records(data)
+    except ValueError:
+        raise TarFormatError("the server sent a malformed PAX header") from None
 
 
 def _checksum_ok(raw: bytes) -> bool:
