@@ -326,21 +326,7 @@ class DataPlaneProxy:
 
     def unary_unary(self, full_method: str) -> Callable[[bytes, Context], Any]:
         async def handle(request: bytes, context: Context) -> bytes:
-            token = ""
-            try:
-                call, metadata, token = await self._target(context, full_method, "unary_unary")
-                response: bytes = await call(
-                    request,
-                    metadata=forwarded_metadata(metadata),
-                    timeout=context.time_remaining(),
-                )
-                return response
-            except ServiceError as exc:
-                await _abort(context, exc)
-            except grpc.aio.AioRpcError as exc:
-                self._on_upstream_error(token, exc)
-                await _relay_error(context, exc)
-            raise AssertionError("unreachable: context.abort raises")
+            return await self._single(full_method, "unary_unary", request, context)
 
         return handle
 
@@ -353,28 +339,31 @@ class DataPlaneProxy:
 
     def stream_unary(self, full_method: str) -> Callable[[AsyncIterator[bytes], Context], Any]:
         async def handle(requests: AsyncIterator[bytes], context: Context) -> bytes:
-            token = ""
-            call = None
-            try:
-                multi, metadata, token = await self._target(context, full_method, "stream_unary")
-                call = multi(
-                    requests,
-                    metadata=forwarded_metadata(metadata),
-                    timeout=context.time_remaining(),
-                )
-                response: bytes = await call
-                return response
-            except ServiceError as exc:
-                await _abort(context, exc)
-            except grpc.aio.AioRpcError as exc:
-                self._on_upstream_error(token, exc)
-                await _relay_error(context, exc)
-            finally:
-                if call is not None and not call.done():
-                    call.cancel()
-            raise AssertionError("unreachable: context.abort raises")
+            return await self._single(full_method, "stream_unary", requests, context)
 
         return handle
+
+    async def _single(self, full_method: str, kind: str, request: Any, context: Context) -> bytes:
+        """One response back: unary-unary and stream-unary calls."""
+        token = ""
+        call = None
+        try:
+            multi, metadata, token = await self._target(context, full_method, kind)
+            call = multi(
+                request, metadata=forwarded_metadata(metadata), timeout=context.time_remaining()
+            )
+            response: bytes = await call
+            return response
+        except ServiceError as exc:
+            await _abort(context, exc)
+        except grpc.aio.AioRpcError as exc:
+            self._on_upstream_error(token, exc)
+            await _relay_error(context, exc)
+        finally:
+            # The client went away (or we failed): stop the executor's side too.
+            if call is not None and not call.done():
+                call.cancel()
+        raise AssertionError("unreachable: context.abort raises")
 
     def stream_stream(
         self, full_method: str
