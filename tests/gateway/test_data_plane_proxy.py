@@ -17,9 +17,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from orchard import ExecStatus, OutputChunk, Sandbox
+from orchard import Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2
 from tests.gateway.conftest import GatewayStack
+from tests.gateway.data_plane_checks import check_exec_and_streaming_exec, check_session
 from tests.stack import REQUIRES_STACK
 
 pytestmark = REQUIRES_STACK
@@ -95,20 +96,11 @@ def test_sdk_goes_to_the_gateway_in_proxy_mode(gw: GatewayStack, proxied: Sandbo
 
 
 def test_exec_run_and_stream_through_proxy(proxied: Sandbox) -> None:
-    result = proxied.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
-    assert (result.exit_code, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
-    # Exec (bidi): stdin fed as the command reads, output streamed back.
-    events = list(proxied.exec_stream(["cat"], stdin=[b"a" * 70_000, b"b" * 70_000]))
-    out = b"".join(e.data for e in events if isinstance(e, OutputChunk))
-    assert out == b"a" * 70_000 + b"b" * 70_000
-    assert isinstance(events[-1], ExecStatus) and events[-1].exit_code == 0
+    check_exec_and_streaming_exec(proxied)
 
 
 def test_session_through_proxy(proxied: Sandbox) -> None:
-    with proxied.session() as sh:
-        assert sh.run("X=41; cd /tmp").exit_code == 0
-        got = sh.run("echo $((X+1)) $(pwd)")
-    assert got.stdout == b"42 /tmp\n"
+    check_session(proxied)
 
 
 def test_files_through_proxy(proxied: Sandbox, tmp_path: Path) -> None:

@@ -22,8 +22,9 @@ import grpc
 import pytest
 from orchard.gateway.proxy_nginx import NginxPaths, render_conf
 
-from orchard import ExecStatus, OutputChunk, Sandbox
+from orchard import Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
+from tests.gateway.data_plane_checks import check_exec_and_streaming_exec, check_session
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, Stack, running_stack
 
 NEEDS_NGINX = pytest.mark.skipif(shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
@@ -142,19 +143,11 @@ def test_sdk_finds_nginx_from_the_home(ngx: NginxStack, proxied: Sandbox) -> Non
 
 
 def test_exec_and_streaming_exec_with_stdin(proxied: Sandbox) -> None:
-    result = proxied.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
-    assert (result.exit_code, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
-    events = list(proxied.exec_stream(["cat"], stdin=[b"a" * 70_000, b"b" * 70_000]))
-    out = b"".join(e.data for e in events if isinstance(e, OutputChunk))
-    assert out == b"a" * 70_000 + b"b" * 70_000
-    assert isinstance(events[-1], ExecStatus) and events[-1].exit_code == 0
+    check_exec_and_streaming_exec(proxied)
 
 
 def test_session(proxied: Sandbox) -> None:
-    with proxied.session() as sh:
-        assert sh.run("X=41; cd /tmp").exit_code == 0
-        got = sh.run("echo $((X+1)) $(pwd)")
-    assert got.stdout == b"42 /tmp\n"
+    check_session(proxied)
 
 
 def test_files_and_tree(proxied: Sandbox, tmp_path: Path) -> None:
