@@ -82,6 +82,20 @@ def start_service(name: str, module: str, args: list[str], home: Path) -> Servic
     return Service(name, process, buffer.split(b"\n", 1)[0].decode().strip())
 
 
+def start_local_scheduler(home: Path, port: int, executor: Service) -> Service:
+    """A scheduler on the local (runc) backend, talking to ``executor``, on ``port``."""
+    from orchard.executor.initbin import ensure_init_binary
+
+    images = os.environ.get("ORCHARD_IMAGES_DIR") or "/var/lib/orchard/images"
+    return start_service(
+        "scheduler", "orchard.scheduler",
+        ["--listen", f"127.0.0.1:{port}", "--executor-address", executor.address,
+         "--backend", "local", "--images-dir", images,
+         "--init-binary", str(ensure_init_binary(home)), "--delete-all-on-shutdown"],
+        home,
+    )  # fmt: skip
+
+
 def run_in(
     executor_address: str,
     sb: sandbox_pb2.Sandbox | sandbox_pb2.ExecutorAccess,

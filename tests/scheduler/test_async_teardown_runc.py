@@ -26,7 +26,7 @@ from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
 from tests.runtime.runtime_helpers import force_cleanup_home, mounts_under
 from tests.stack import REQUIRES_STACK
 
-from .node_processes import Service, free_port, run_in, start_service
+from .node_processes import free_port, run_in, start_local_scheduler, start_service
 from .waiting import wait_for
 
 pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(180)]
@@ -42,19 +42,6 @@ def home() -> Iterator[Path]:
         yield path
     finally:
         force_cleanup_home(path)
-
-
-def _scheduler(home: Path, port: int, executor: Service) -> Service:
-    from orchard.executor.initbin import ensure_init_binary
-
-    images = os.environ.get("ORCHARD_IMAGES_DIR") or "/var/lib/orchard/images"
-    return start_service(
-        "scheduler", "orchard.scheduler",
-        ["--listen", f"127.0.0.1:{port}", "--executor-address", executor.address,
-         "--backend", "local", "--images-dir", images,
-         "--init-binary", str(ensure_init_binary(home)), "--delete-all-on-shutdown"],
-        home,
-    )  # fmt: skip
 
 
 def _create_many(stub: sandbox_pb2_grpc.SandboxServiceStub, n: int) -> list[sandbox_pb2.Sandbox]:
@@ -96,7 +83,7 @@ def _assert_nothing_left(home: Path, ids: list[str]) -> None:
 
 def test_delete_answers_before_teardown_and_teardown_completes(home: Path) -> None:
     executor = start_service("executor", "orchard.executor", ["--listen", "127.0.0.1:0"], home)
-    scheduler = _scheduler(home, free_port(), executor)
+    scheduler = start_local_scheduler(home, free_port(), executor)
     try:
         with grpc.insecure_channel(scheduler.address) as channel:
             stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
@@ -133,7 +120,7 @@ def test_delete_answers_before_teardown_and_teardown_completes(home: Path) -> No
 def test_kill_9_mid_teardown_then_restart_finishes_it(home: Path) -> None:
     executor = start_service("executor", "orchard.executor", ["--listen", "127.0.0.1:0"], home)
     port = free_port()
-    scheduler = _scheduler(home, port, executor)
+    scheduler = start_local_scheduler(home, port, executor)
     try:
         with grpc.insecure_channel(scheduler.address) as channel:
             stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
@@ -143,7 +130,7 @@ def test_kill_9_mid_teardown_then_restart_finishes_it(home: Path) -> None:
         crashed = _states(home, ids)
         assert State.DELETING in crashed.values(), "the kill came after every teardown"
         assert set(crashed.values()) <= {State.DELETING, State.DELETED}
-        scheduler = _scheduler(home, port, executor)  # recovery runs before it serves
+        scheduler = start_local_scheduler(home, port, executor)  # recovery runs before it serves
         after = _states(home, ids)
         assert set(after.values()) == {State.DELETED}, after
         with contextlib.closing(SandboxStore(home / "state.db")) as store:

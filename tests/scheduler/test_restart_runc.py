@@ -32,7 +32,7 @@ from orchard._proto.orchard.v1 import pools_pb2, pools_pb2_grpc, sandbox_pb2, sa
 from tests.runtime.runtime_helpers import force_cleanup_home, mounts_under
 from tests.stack import REQUIRES_STACK
 
-from .node_processes import Service, free_port, run_in, start_service
+from .node_processes import free_port, run_in, start_local_scheduler, start_service
 from .waiting import wait_for
 
 pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(240)]
@@ -49,19 +49,6 @@ def home() -> Iterator[Path]:
         yield path
     finally:
         force_cleanup_home(path)
-
-
-def _scheduler(home: Path, port: int, executor: Service) -> Service:
-    from orchard.executor.initbin import ensure_init_binary
-
-    images = os.environ.get("ORCHARD_IMAGES_DIR") or "/var/lib/orchard/images"
-    return start_service(
-        "scheduler", "orchard.scheduler",
-        ["--listen", f"127.0.0.1:{port}", "--executor-address", executor.address,
-         "--backend", "local", "--images-dir", images,
-         "--init-binary", str(ensure_init_binary(home)), "--delete-all-on-shutdown"],
-        home,
-    )  # fmt: skip
 
 
 def _runc_ids(home: Path) -> set[str]:
@@ -125,7 +112,7 @@ class Load:
 def test_kill_9_of_the_scheduler_mid_load_loses_and_leaks_nothing(home: Path) -> None:
     executor = start_service("executor", "orchard.executor", ["--listen", "127.0.0.1:0"], home)
     port = free_port()
-    scheduler = _scheduler(home, port, executor)
+    scheduler = start_local_scheduler(home, port, executor)
     seen: set[str] = set()
     try:
         channel = grpc.insecure_channel(scheduler.address)
@@ -147,7 +134,7 @@ def test_kill_9_of_the_scheduler_mid_load_loses_and_leaks_nothing(home: Path) ->
         with contextlib.closing(SandboxStore(home / "state.db")) as crashed:
             warm = {r.id for r in crashed.find(states=USABLE_STATES) if r.in_pool}
         restarted_at = time.time()
-        scheduler = _scheduler(home, port, executor)
+        scheduler = start_local_scheduler(home, port, executor)
         # The new scheduler's pool filler is already making members: read the
         # node first, then the store (a record is written before its folder).
         containers = _runc_ids(home)
