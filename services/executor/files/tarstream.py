@@ -44,9 +44,9 @@ from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
 
+from orchard.common import tarheader
 from orchard.common.errors import ServiceError, not_found, precondition
 
-from . import tarheader
 from .bridge import ChunkSource, feed_thread, stream_from_thread
 from .confined import O_PATH, O_READ, ConfinedRoot, close_quietly, reopen
 from .decompress import open_decoded

@@ -4,7 +4,7 @@ Why not ``tarfile`` alone: ``gettarinfo`` + ``tobuf`` cost ~60 us per member
 (a ``pwd``/``grp`` lookup for the owner names, a PAX record for the float
 mtime), and each header, data piece and padding became its own gRPC message:
 a 10k-file tree was ~30k messages and ~14k files/s before the wire. Here a
-member is one ``lstat``, a header packed in a few microseconds and (for a
+member is one ``lstat``, a header packed by ``orchard.common.tarheader`` and (for a
 regular file) its bytes, appended to a buffer that leaves in chunks of
 ``CHUNK_BYTES``. Members a plain ustar header cannot describe (names over 255
 bytes or unsplittable, sizes >= 8 GiB, large ids) fall back to ``tarfile``'s
@@ -18,71 +18,23 @@ import stat
 import tarfile
 from collections.abc import Iterator
 
-BLOCK = 512
-_MAX8 = 8**7
-_MAX12 = 8**11
+from orchard.common import tarheader
 
-
-def _split_name(raw: bytes) -> tuple[bytes, bytes] | None:
-    """(prefix, name) for a ustar header, or None if the name cannot be split to fit."""
-    if len(raw) <= 100:
-        return b"", raw
-    if len(raw) > 256:
-        return None
-    cut = raw.rfind(b"/", 0, 156)
-    while cut > 0:
-        if len(raw) - cut - 1 <= 100:
-            return raw[:cut], raw[cut + 1 :]
-        cut = raw.rfind(b"/", 0, cut)
-    return None
-
-
-def _octal(value: int, width: int) -> bytes:
-    return b"%0*o\0" % (width - 1, value)
+BLOCK = tarheader.BLOCK
 
 
 def header(name: str, kind: bytes, st: os.stat_result, size: int = 0, linkname: str = "") -> bytes:
-    """One member's header: 512 ustar bytes, or tarfile's PAX encoding when ustar cannot hold it."""
-    raw = name.encode("utf-8", "surrogateescape")
-    link = linkname.encode("utf-8", "surrogateescape")
-    split = _split_name(raw)
-    mode = st.st_mode & 0o7777
-    mtime = max(0, int(st.st_mtime))
-    if (
-        split is None
-        or len(link) > 100
-        or size >= _MAX12
-        or mtime >= _MAX12
-        or not 0 <= st.st_uid < _MAX8
-        or not 0 <= st.st_gid < _MAX8
-    ):
-        return _pax_header(name, kind, st, size, linkname)
-    prefix, short = split
-    block = bytearray(BLOCK)
-    block[0 : len(short)] = short
-    block[100:108] = _octal(mode, 8)
-    block[108:116] = _octal(st.st_uid, 8)
-    block[116:124] = _octal(st.st_gid, 8)
-    block[124:136] = _octal(size, 12)
-    block[136:148] = _octal(mtime, 12)
-    block[148:156] = b" " * 8
-    block[156:157] = kind
-    block[157 : 157 + len(link)] = link
-    block[257:265] = b"ustar\x0000"
-    block[345 : 345 + len(prefix)] = prefix
-    block[148:156] = b"%06o\0 " % sum(block)
-    return bytes(block)
-
-
-def _pax_header(name: str, kind: bytes, st: os.stat_result, size: int, linkname: str) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.mode = st.st_mode & 0o7777
-    info.uid, info.gid = max(0, st.st_uid), max(0, st.st_gid)
-    info.size = size
-    info.mtime = max(0, int(st.st_mtime))
-    info.linkname = linkname
-    return info.tobuf(format=tarfile.PAX_FORMAT, encoding="utf-8", errors="surrogateescape")
+    """One member's header for a local file's lstat (ustar, or PAX when ustar cannot hold it)."""
+    return tarheader.header(
+        name,
+        kind,
+        mode=st.st_mode & 0o7777,
+        uid=max(0, st.st_uid),
+        gid=max(0, st.st_gid),
+        size=size,
+        mtime=max(0, int(st.st_mtime)),
+        linkname=linkname,
+    )
 
 
 def _members(root: str) -> Iterator[tuple[str, str, os.stat_result]]:

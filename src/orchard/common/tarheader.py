@@ -1,4 +1,5 @@
-"""Tar headers for Download, built directly for the common case.
+"""Tar member headers, built directly for the common case (the executor's Download
+and the SDK's upload both write tar streams with them).
 
 ``tarfile.TarInfo.tobuf`` costs ~15 us per header, a third of the per-file
 budget at 20k files/s. Most members fit a plain ustar header (names up to 255
