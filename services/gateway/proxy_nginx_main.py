@@ -98,17 +98,28 @@ def main(argv: list[str] | None = None) -> int:
         preexec_fn=_die_with_parent,  # only prctl: safe without threads
     )
 
+    stopping = False
+
     def forward(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     _wait_listening(process, address, paths)
-    (layout.run / DATA_PLANE_ADDR_FILE).write_text(address + "\n")
+    addr_file = layout.run / DATA_PLANE_ADDR_FILE
+    staged = addr_file.with_name(addr_file.name + ".tmp")
+    staged.write_text(address + "\n")
+    staged.replace(addr_file)  # readers never see it half-written
     print(address, flush=True)
     code = process.wait()
-    (layout.run / DATA_PLANE_ADDR_FILE).unlink(missing_ok=True)
+    # Only an orderly stop takes the address away: when nginx dies, orchard up
+    # restarts us on the same address, and clients reading the file meanwhile
+    # must keep finding it (they see UNAVAILABLE for a moment, not the gateway).
+    if stopping:
+        addr_file.unlink(missing_ok=True)
     return code
 
 
