@@ -38,6 +38,7 @@ from tests.stack import REQUIRES_STACK, Stack, running_stack
 from .fuzz.bench_tiny_chunks import start_attacker
 from .fuzz.harness import (
     REFUSALS,
+    REFUSED_IMAGE_PREFIX,
     Outcome,
     Tally,
     bearer,
@@ -219,7 +220,7 @@ def _fuzz_method(
                 _set_ids(request, sandbox_id)
         if method.name == "CreateSandbox":
             for request in requests:  # never the default image: a valid create is not an attack
-                request.image = "no-such-image-" + secrets.token_hex(4)  # type: ignore[attr-defined]
+                request.image = f"{REFUSED_IMAGE_PREFIX}-{secrets.token_hex(4)}"  # type: ignore[attr-defined]
         outcome = call_raw(channel, method, [r.SerializeToString() for r in requests], metadata)
         tally.add(method.name, outcome, repr(requests[0])[:120])
         if must_refuse:

@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
-from .fuzz.harness import RESULTS_DIR, fd_count, service_pid, state_snapshot
+from .fuzz.harness import (
+    REFUSED_IMAGE_PREFIX,
+    RESULTS_DIR,
+    fd_count,
+    service_pid,
+    state_snapshot,
+)
 
 pytestmark = [*REQUIRES_STACK, pytest.mark.reliability]
 
@@ -129,7 +135,7 @@ def test_random_and_malformed_bodies(rest: Rest) -> None:
             except ValueError:
                 value = None
             if isinstance(value, dict):
-                value["image"] = "no-such-image"
+                value["image"] = REFUSED_IMAGE_PREFIX
                 body = json.dumps(value).encode()
             else:
                 path = "/v1/SandboxService/GetSandbox"

@@ -89,29 +89,37 @@ def bearer(key: str) -> tuple[tuple[str, str], ...]:
 
 
 FAILED = 5  # sandbox_pb2.FAILED
+# The image every hostile create names (with a random suffix): never in the store, so each
+# such create can only be refused.
+REFUSED_IMAGE_PREFIX = "no-such-image"
+# A row is a refused create's if it is FAILED or names that image: the reaper later moves a
+# FAILED row whose (possibly 1 s) TTL ran out to DELETED, so the state alone cannot tell.
+_REFUSED = "(state = ? OR image LIKE ?)"
+_REFUSED_ARGS = (FAILED, REFUSED_IMAGE_PREFIX + "%")  # no LIKE wildcards in the prefix
 
 
 def store_rows(home: Path) -> list[tuple[Any, ...]]:
-    """Every row of the scheduler's sandboxes table but FAILED ones, read-only, in a stable order.
+    """Every row of the scheduler's sandboxes table but refused creates', in a stable order.
 
     A create refused for a client's reason (an unknown image) still leaves a FAILED
     record with the reason, by design (GetSandbox tells why); no folder, process or
-    quota goes with it. :func:`failed_rows` counts those separately.
+    quota goes with it, and the reaper marks it DELETED once its TTL runs out.
+    :func:`failed_rows` counts those separately.
     """
     db = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True, timeout=10)
     try:
-        rows = db.execute("SELECT * FROM sandboxes WHERE state != ?", (FAILED,)).fetchall()
-        return sorted(rows, key=repr)
+        rows = db.execute(f"SELECT * FROM sandboxes WHERE NOT {_REFUSED}", _REFUSED_ARGS)
+        return sorted(rows.fetchall(), key=repr)
     finally:
         db.close()
 
 
 def failed_rows(home: Path) -> int:
+    """How many records refused creates left (FAILED, or DELETED after their TTL)."""
     db = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True, timeout=10)
     try:
-        return int(
-            db.execute("SELECT COUNT(*) FROM sandboxes WHERE state = ?", (FAILED,)).fetchone()[0]
-        )
+        query = f"SELECT COUNT(*) FROM sandboxes WHERE {_REFUSED}"
+        return int(db.execute(query, _REFUSED_ARGS).fetchone()[0])
     finally:
         db.close()
 
