@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.cgroup_paths import sandbox_cgroup_map
+
 MIB = 1 << 20
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KERNEL_KEYS = ("Slab", "SUnreclaim", "KernelStack", "PageTables", "Shmem")
@@ -61,20 +63,19 @@ def pss_bytes(pid: int) -> int:
     return 0
 
 
-def memory_cgroup_dir() -> Path:
-    """Where runc puts the sandboxes' v1 memory cgroups (``/orchard/<id>``), or the v2 root."""
-    v1 = CGROUP_ROOT / "memory" / "orchard"
-    return v1 if v1.is_dir() else CGROUP_ROOT / "orchard"
+def memory_cgroups() -> dict[str, Path]:
+    """Sandbox id -> its memory cgroup (v1 ``memory/orchard/<group>/<id>``, else v2)."""
+    return sandbox_cgroup_map("memory") or sandbox_cgroup_map("unified") or sandbox_cgroup_map("")
 
 
 def sandbox_pids(sandbox_ids: list[str]) -> list[int]:
     """Every process in the given sandboxes' cgroups."""
-    root = memory_cgroup_dir()
+    folders = memory_cgroups()
     pids: list[int] = []
     for sid in sandbox_ids:
         try:
-            pids += [int(p) for p in (root / sid / "cgroup.procs").read_text().split()]
-        except OSError:
+            pids += [int(p) for p in (folders[sid] / "cgroup.procs").read_text().split()]
+        except (KeyError, OSError):
             continue
     return pids
 
@@ -101,13 +102,14 @@ def cgroup_charged_bytes(sandbox_ids: list[str]) -> int:
     """Memory the kernel charged to the sandboxes' memory cgroups (their pages, page cache they
     touched and, where kernel memory is accounted, slab): scoped to these sandboxes only, so
     unlike MemAvailable it does not move with the rest of a shared machine."""
-    root = memory_cgroup_dir()
+    folders = memory_cgroups()
     names = ("memory.usage_in_bytes", "memory.current")  # cgroup v1, v2
     total = 0
     for sid in sandbox_ids:
-        for name in names:
+        folder = folders.get(sid)
+        for name in names if folder is not None else ():
             try:
-                total += int((root / sid / name).read_text())
+                total += int((folder / name).read_text())
                 break
             except (OSError, ValueError):
                 continue

@@ -7,7 +7,7 @@ other stacks on the same machine (other tests, other engineers) do not count:
   ones still pending, ready, claimed or deleting;
 - ``init_processes``: processes in those sandboxes' cgroups (orchard-init and below);
 - ``overlay_mounts``: mounts under the home (sandbox roots);
-- ``cgroups``: ``/sys/fs/cgroup/<controller>/orchard/<id>`` folders of those ids;
+- ``cgroups``: ``/sys/fs/cgroup/<controller>/orchard/<tenant group>/<id>`` folders of those ids;
 - ``netns``: distinct network namespaces held by those processes (policy ``none``
   gives each container an unnamed one, gone with its processes) plus host veth
   ends of those ids (networked policies);
@@ -22,7 +22,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from loadtest.density import CGROUP_ROOT, sandbox_pids
+from loadtest.density import sandbox_pids
+from tests.cgroup_paths import count_sandbox_cgroups
 
 STATE_NAMES = {1: "pending", 2: "ready", 3: "deleting", 4: "deleted", 5: "failed", 6: "claimed"}
 NON_TERMINAL = ("pending", "ready", "deleting", "claimed")
@@ -63,12 +64,7 @@ def leftovers(home: Path) -> dict[str, Any]:
     veths = sum(1 for sid in ids if _veth_name(sid) in links)
     with open("/proc/self/mountinfo") as src:
         mounts = sum(1 for line in src if f" {home}/" in line)
-    cgroups = 0
-    if CGROUP_ROOT.is_dir():
-        for controller in CGROUP_ROOT.iterdir():
-            base = controller / "orchard"
-            if base.is_dir():
-                cgroups += sum(1 for sid in ids if (base / sid).is_dir())
+    cgroups = count_sandbox_cgroups(ids)
     sandboxes = home / "sandboxes"
     return {
         "store_rows": counts,

@@ -34,7 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from orchard import Sandbox
+from tests.cgroup_paths import cgroup_names_a_sandbox, count_sandbox_cgroups
 
 BOUNDS: dict[str, float] = {
     # Slopes (per minute, over the second half of the run) a leak would exceed. The
@@ -142,22 +145,13 @@ def _leaked(home: Path, deleted: set[str]) -> tuple[int, int]:
         for line in mountinfo.splitlines()
         if prefix in line and line.split(prefix, 1)[1].split("/", 1)[0] in deleted
     )
-    cgroups = 0
-    for controller in Path("/sys/fs/cgroup").iterdir():
-        with contextlib.suppress(OSError):
-            cgroups += sum(1 for e in (controller / "orchard").iterdir() if e.name in deleted)
-    return mounts, cgroups
+    return mounts, count_sandbox_cgroups(deleted)
 
 
 def _orchard_cgroups(ids: set[str]) -> int:
     """Cgroups left of this stack's sandboxes (``ids``: every id its store ever had); other
     stacks on the machine have their own, which must not count here."""
-    total = 0
-    for controller in Path("/sys/fs/cgroup").iterdir():
-        folder = controller / "orchard"
-        with contextlib.suppress(OSError):
-            total += sum(1 for e in folder.iterdir() if e.name in ids)
-    return total
+    return count_sandbox_cgroups(ids)
 
 
 def _init_processes(home: Path) -> int:
@@ -172,7 +166,7 @@ def _init_processes(home: Path) -> int:
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 cgroup = (entry / "cgroup").read_text()
-                count += any(f"/orchard/{i}" in cgroup for i in ids)
+                count += cgroup_names_a_sandbox(cgroup, ids)
     return count
 
 

@@ -298,6 +298,7 @@ class SandboxLifecycle:
             network_mode=mode_name(rec.network_mode),
             network=self.network_policies.get(rec.id, rec.network_mode),
             runtime_class=rec.runtime_class,
+            tenant=rec.tenant,
         )
         try:
             with span("backend.create", sandbox_id=rec.id, backend=self.backend.name):

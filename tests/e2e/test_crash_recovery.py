@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from orchard import Sandbox
+from tests.cgroup_paths import sandbox_cgroup_dirs
 from tests.stack import REQUIRES_STACK, running_stack
 
 pytestmark = REQUIRES_STACK
@@ -73,7 +74,6 @@ def test_kill_9_of_the_stack_then_restart_accounts_for_every_sandbox(tmp_path: P
     with open("/proc/self/mountinfo") as mounts:
         assert str(home) not in mounts.read()
     for sandbox_id in ids:
-        for controller in ("memory", "pids", "cpu"):
-            assert not Path(f"/sys/fs/cgroup/{controller}/orchard/{sandbox_id}").exists()
+        assert sandbox_cgroup_dirs(sandbox_id) == []
     leftover = subprocess.run(["pgrep", "-f", f"--home {home}"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""

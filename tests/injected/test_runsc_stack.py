@@ -21,6 +21,7 @@ import pytest
 
 from orchard import Sandbox
 from orchard.client import InfrastructureError
+from tests.cgroup_paths import sandbox_cgroup
 from tests.runtime.runtime_helpers import cgroup_dirs, mounts_under
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
@@ -112,11 +113,11 @@ def test_a_runsc_sandbox_runs_on_gvisor_and_leaves_nothing(stack: Stack, tmp_pat
         # The Sentry and gofer are real host processes in the sandbox's cgroups.
         pids = runsc_pids(home, sb.id)
         assert sentry_and_gofer(home, sb.id) <= set(pids), "Sentry or gofer not found on the host"
-        memory_cgroup = Path(f"/sys/fs/cgroup/memory/orchard/{sb.id}")
+        memory_cgroup = sandbox_cgroup("memory", sb.id)
         assert int((memory_cgroup / "memory.limit_in_bytes").read_text()) == MEMORY
         in_cgroup = {int(p) for p in (memory_cgroup / "cgroup.procs").read_text().split()}
         assert sentry_and_gofer(home, sb.id) <= in_cgroup
-        assert Path(f"/sys/fs/cgroup/pids/orchard/{sb.id}/pids.max").read_text().strip() == "300"
+        assert (sandbox_cgroup("pids", sb.id) / "pids.max").read_text().strip() == "300"
         assert runsc_state_files(home, sb.id)
         # exec, a session, files.
         r = sb.exec("echo out; echo err >&2; exit 3", timeout=20)

@@ -20,6 +20,7 @@ import pytest
 
 import orchard
 from orchard import Sandbox
+from tests.cgroup_paths import sandbox_cgroup
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, Stack, running_stack
 
 pytestmark = REQUIRES_STACK
@@ -135,7 +136,7 @@ def test_memory_bomb_is_oom_killed(stack: Stack, sandbox: Sandbox) -> None:
 
 def test_fork_bomb_hits_the_pids_limit(stack: Stack, sandbox: Sandbox) -> None:
     with _create(stack, pids=64) as sb:
-        events = Path(f"/sys/fs/cgroup/pids/orchard/{sb.id}/pids.events")
+        events = sandbox_cgroup("pids", sb.id) / "pids.events"
         # The top shell forks once (a subshell that starts the bomb, before the box is
         # full) then becomes `sleep` without forking again, so the command lasts
         # until its timeout whatever the bomb does; the timeout must then kill

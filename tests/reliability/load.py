@@ -51,6 +51,7 @@ from orchard._proto.orchard.v1 import (
     sandbox_pb2,
     sandbox_pb2_grpc,
 )
+from tests.cgroup_paths import sandbox_cgroup_dirs
 
 HEAVY_LOCK = Path("/tmp/orchard-heavy.lock")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -592,12 +593,7 @@ def leaks(home: Path, sandbox_ids: set[str]) -> dict[str, int]:
     """What is left on the host of ``sandbox_ids`` (all zero when nothing leaked)."""
     mountinfo = Path("/proc/self/mountinfo").read_text()
     mounts = sum(1 for line in mountinfo.splitlines() if any(s in line for s in sandbox_ids))
-    cgroups = sum(
-        1
-        for controller in CGROUP_ROOT.iterdir()
-        for sandbox_id in sandbox_ids
-        if (controller / "orchard" / sandbox_id).exists()
-    )
+    cgroups = sum(len(sandbox_cgroup_dirs(sandbox_id)) for sandbox_id in sandbox_ids)
     processes = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -606,7 +602,7 @@ def leaks(home: Path, sandbox_ids: set[str]) -> dict[str, int]:
             cgroup = (entry / "cgroup").read_text()
         except OSError:
             continue
-        if any(f"/orchard/{sandbox_id}" in cgroup for sandbox_id in sandbox_ids):
+        if any(line.rsplit("/", 1)[-1] in sandbox_ids for line in cgroup.splitlines()):
             processes += 1
     netns_dir = Path("/run/netns")
     netns = (

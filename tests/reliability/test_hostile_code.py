@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from orchard import Sandbox
+from tests.cgroup_paths import sandbox_cgroup, sandbox_cgroup_dirs
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 from .fuzz.harness import RESULTS_DIR, latencies, p50_ms, rss_kib, service_pid
@@ -306,8 +307,8 @@ def test_background_fork_bomb_left_behind(stack: Stack, neighbour: Sandbox) -> N
         )
         assert r.exit_code == 0 and b"started" in r.stdout
         time.sleep(2)
-        events = Path(f"/sys/fs/cgroup/pids/orchard/{sb.id}/pids.events")
-        current = Path(f"/sys/fs/cgroup/pids/orchard/{sb.id}/pids.current")
+        pids_cgroup = sandbox_cgroup("pids", sb.id)
+        events, current = pids_cgroup / "pids.events", pids_cgroup / "pids.current"
         held = int(current.read_text()) if current.exists() else -1
         RESULTS["background fork bomb left after exit (pids=64)"]["pids_held_after_exit"] = held
         assert 32 <= held <= 64, held  # it kept running and filled the limit, no further
@@ -321,9 +322,9 @@ def test_background_fork_bomb_left_behind(stack: Stack, neighbour: Sandbox) -> N
         assert sb.exec("echo alive").stdout == b"alive\n"
         sandbox_id = sb.id
     gone_by = time.monotonic() + 30
-    while Path(f"/sys/fs/cgroup/pids/orchard/{sandbox_id}").exists() and time.monotonic() < gone_by:
+    while sandbox_cgroup_dirs(sandbox_id, "pids") and time.monotonic() < gone_by:
         time.sleep(0.2)
-    assert not Path(f"/sys/fs/cgroup/pids/orchard/{sandbox_id}").exists()
+    assert sandbox_cgroup_dirs(sandbox_id, "pids") == []
 
 
 ESCAPES: list[tuple[str, str]] = [

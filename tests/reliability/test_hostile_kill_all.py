@@ -15,7 +15,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,6 +22,7 @@ import pytest
 
 from orchard import OrchardError, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc
+from tests.cgroup_paths import sandbox_cgroup
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 from .fuzz.harness import RESULTS_DIR
@@ -48,7 +48,7 @@ def _create(stack: Stack, **kwargs: Any) -> Sandbox:
 
 
 def _pids_current(sb: Sandbox) -> int:
-    return int(Path(f"/sys/fs/cgroup/pids/orchard/{sb.id}/pids.current").read_text())
+    return int((sandbox_cgroup("pids", sb.id) / "pids.current").read_text())
 
 
 def _fill_with_bomb(sb: Sandbox) -> int:

@@ -8,7 +8,6 @@ something.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import shutil
 import socket
@@ -20,6 +19,7 @@ from pathlib import Path
 from orchard.scheduler.backends.local import cgroups, overlay
 from orchard.scheduler.backends.local.runc import process_start_time
 
+from tests.cgroup_paths import sandbox_cgroup_dirs
 from tests.network.leftovers import network_leftovers
 
 NAMESPACES = ("pid", "mnt", "net", "uts", "ipc", "cgroup")
@@ -54,7 +54,7 @@ def processes_in_netns(link: str) -> list[int]:
 
 
 def cgroup_dirs(sandbox_id: str) -> list[str]:
-    return sorted(glob.glob(f"/sys/fs/cgroup/*/orchard/{sandbox_id}"))
+    return sandbox_cgroup_dirs(sandbox_id)
 
 
 @dataclass(frozen=True)

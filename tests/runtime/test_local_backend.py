@@ -26,6 +26,7 @@ from orchard.scheduler.backends.local.runc import process_start_time
 from orchard.scheduler.backends.local.settings import LocalSettings
 
 from orchard.common.layout import SandboxMeta
+from tests.cgroup_paths import sandbox_cgroup_dirs
 
 from .runtime_helpers import NAMESPACES, Footprint, init_exec, mounts_under, ns_link, nsenter
 
@@ -82,7 +83,7 @@ def wait_gone(pid: int, timeout: float = 5.0) -> None:
 
 
 def test_sandbox_is_isolated_and_limited(backend: LocalBackend, run: Run, home: Path) -> None:
-    made = run(backend.create(spec("iso-1")))
+    made = run(backend.create(spec("iso-1", tenant="acme")))
     pid = made.init_pid
     assert made.running and pid > 0
 
@@ -90,15 +91,15 @@ def test_sandbox_is_isolated_and_limited(backend: LocalBackend, run: Run, home: 
     for ns in NAMESPACES:
         assert ns_link(pid, ns) != ns_link("self", ns), f"{ns} namespace is shared"
 
-    # cgroup limits, read from the cgroup files.
-    memory = Path("/sys/fs/cgroup/memory/orchard/iso-1")
+    # cgroup limits, read from the cgroup files (under its tenant's group).
+    memory = Path("/sys/fs/cgroup/memory/orchard/t-acme/iso-1")
     assert str(pid) in (memory / "cgroup.procs").read_text().split()
     assert int((memory / "memory.limit_in_bytes").read_text()) == 256 * MIB
     assert int((memory / "memory.memsw.limit_in_bytes").read_text()) == 256 * MIB
-    cpu = Path("/sys/fs/cgroup/cpu/orchard/iso-1")
+    cpu = Path("/sys/fs/cgroup/cpu/orchard/t-acme/iso-1")
     assert int((cpu / "cpu.cfs_quota_us").read_text()) == 50_000
     assert int((cpu / "cpu.cfs_period_us").read_text()) == 100_000
-    assert Path("/sys/fs/cgroup/pids/orchard/iso-1/pids.max").read_text().strip() == "200"
+    assert Path("/sys/fs/cgroup/pids/orchard/t-acme/iso-1/pids.max").read_text().strip() == "200"
 
     # Privileges: no_new_privs and none of the dangerous capabilities.
     status = proc_status(pid)
@@ -291,7 +292,7 @@ def test_delete_of_half_created_sandboxes(
     assert list((home / "sandboxes").iterdir()) == []
     assert list(settings.runc_root.iterdir()) == []
     for sandbox_id in ("half-mounted", "half-created"):
-        assert not list(Path("/sys/fs/cgroup").glob(f"*/orchard/{sandbox_id}"))
+        assert sandbox_cgroup_dirs(sandbox_id) == []
 
 
 def test_a_new_backend_finds_sandboxes_after_a_crash(
@@ -328,6 +329,10 @@ def test_refusals(backend: LocalBackend, run: Run, home: Path) -> None:
     with pytest.raises(BackendError) as err:
         run(backend.create(spec("../escape")))
     assert err.value.client_fault
+    for tenant in ("../x", "a/b", ".hidden", "x" * 65, "tab\there"):
+        with pytest.raises(BackendError) as err:
+            run(backend.create(spec("ten-1", tenant=tenant)))
+        assert err.value.client_fault and "cannot name a cgroup" in err.value.message
     assert list((home / "sandboxes").iterdir()) == []
 
     made = run(backend.create(spec("dup-1")))
@@ -338,6 +343,45 @@ def test_refusals(backend: LocalBackend, run: Run, home: Path) -> None:
     again = run(backend.inspect("dup-1"))
     assert again is not None and again.running and again.init_pid == made.init_pid
     assert (home / "sandboxes/dup-1/init.sock").exists()
+
+
+def test_tenants_get_a_cpu_group_each_and_empty_groups_go_on_close(
+    settings: LocalSettings, run: Run
+) -> None:
+    """Sandboxes sit in their tenant's group (unclaimed pool members in ``pool``), so the
+    kernel shares the CPU between tenants before sandboxes; close removes empty groups."""
+    backend = LocalBackend(settings)
+    orchard_cpu = Path("/sys/fs/cgroup/cpu/orchard")
+    try:
+        run(backend.create(spec("grp-a1", tenant="grp-alice")))
+        run(backend.create(spec("grp-a2", tenant="grp-alice")))
+        run(backend.create(spec("grp-b1", tenant="grp-bob")))
+        run(backend.create(spec("grp-p1")))
+        for group, members in (
+            ("t-grp-alice", ["grp-a1", "grp-a2"]),
+            ("t-grp-bob", ["grp-b1"]),
+            ("pool", ["grp-p1"]),
+        ):
+            for member in members:
+                assert (orchard_cpu / group / member / "cpu.shares").exists(), (group, member)
+        assert not (orchard_cpu / "grp-a1").exists()  # not directly under orchard
+        for sandbox_id in ("grp-a1", "grp-a2", "grp-b1"):
+            run(backend.delete(sandbox_id))
+            assert sandbox_cgroup_dirs(sandbox_id) == []
+        # Groups stay while the backend runs (a create may be mid-way into one).
+        assert (orchard_cpu / "t-grp-alice").is_dir()
+    finally:
+        run(backend.close())
+    # Closed: the empty tenant groups are gone; the pool group still holds a sandbox.
+    assert not list(Path("/sys/fs/cgroup").glob("*/orchard/t-grp-alice"))
+    assert not list(Path("/sys/fs/cgroup").glob("*/orchard/t-grp-bob"))
+    assert (orchard_cpu / "pool" / "grp-p1").is_dir()
+    reopened = LocalBackend(settings)
+    try:
+        run(reopened.delete("grp-p1"))
+        assert sandbox_cgroup_dirs("grp-p1") == []
+    finally:
+        run(reopened.close())
 
 
 def test_images_lists_the_default_image(backend: LocalBackend, run: Run) -> None:

@@ -21,6 +21,7 @@ from orchard.scheduler.backends.local.settings import LocalSettings
 from orchard.scheduler.backends.netpolicy.policy import NetworkPolicySpec
 
 from orchard.common.layout import SandboxMeta
+from tests.cgroup_paths import sandbox_cgroup
 
 from .runtime_helpers import init_exec, mounts_under, nsenter
 
@@ -42,9 +43,7 @@ def spec(sandbox_id: str) -> SandboxSpec:
 
 
 def _usage(sandbox_id: str) -> int:
-    return int(
-        Path(f"/sys/fs/cgroup/memory/orchard/{sandbox_id}/memory.usage_in_bytes").read_text()
-    )
+    return int((sandbox_cgroup("memory", sandbox_id) / "memory.usage_in_bytes").read_text())
 
 
 def test_tmpfs_layer_is_capped_charged_to_the_sandbox_and_mounted_nowhere(

@@ -23,6 +23,7 @@ import pytest
 from orchard.scheduler.store import LIVE_STATES, SandboxStore, State
 
 from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
+from tests.cgroup_paths import sandbox_cgroup_dirs
 from tests.runtime.runtime_helpers import force_cleanup_home, mounts_under
 from tests.stack import REQUIRES_STACK
 
@@ -73,8 +74,7 @@ def _assert_nothing_left(home: Path, ids: list[str]) -> None:
     assert os.listdir(home / "sandboxes") == []
     assert mounts_under(home) == []
     for sandbox_id in ids:
-        for controller in ("memory", "pids", "cpu", "devices"):
-            assert not Path(f"/sys/fs/cgroup/{controller}/orchard/{sandbox_id}").exists()
+        assert sandbox_cgroup_dirs(sandbox_id) == []
     leftover = subprocess.run(
         ["pgrep", "-f", f"--home {home}"], capture_output=True, text=True, check=False
     )

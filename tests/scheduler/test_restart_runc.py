@@ -29,6 +29,7 @@ import pytest
 from orchard.scheduler.store import LIVE_STATES, USABLE_STATES, SandboxStore, State
 
 from orchard._proto.orchard.v1 import pools_pb2, pools_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
+from tests.cgroup_paths import sandbox_cgroup_dirs
 from tests.runtime.runtime_helpers import force_cleanup_home, mounts_under
 from tests.stack import REQUIRES_STACK
 
@@ -187,8 +188,7 @@ def test_kill_9_of_the_scheduler_mid_load_loses_and_leaks_nothing(home: Path) ->
     assert os.listdir(home / "sandboxes") == []
     assert mounts_under(home) == []
     for sandbox_id in seen:
-        for controller in ("memory", "pids", "cpu"):
-            assert not Path(f"/sys/fs/cgroup/{controller}/orchard/{sandbox_id}").exists()
+        assert sandbox_cgroup_dirs(sandbox_id) == []
     leftover = subprocess.run(["pgrep", "-f", f"--home {home}"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
     store = SandboxStore(home / "state.db")

@@ -47,6 +47,10 @@ class SandboxSpec:
     """The whole network policy (``netpolicy.policy``), already validated."""
     env: dict[str, str] = field(default_factory=dict)
     """Create-time environment, merged over the image's environment."""
+    tenant: str = ""
+    """Whose sandbox it is ("" = an unclaimed pool member). The local backend shares the
+    CPU fairly between tenants first (``cgroups.tenant_group``), so one tenant's busy
+    sandboxes cannot starve another tenant's."""
     runtime_class: str = ""
     """How the sandbox runs: "" = the backend's default; locally "runc" (served by the
     node executor) or "injected" (its own executor from the bundle); on Kubernetes a

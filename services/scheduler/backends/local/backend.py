@@ -112,6 +112,10 @@ class LocalBackend:
             )
         if spec.cpu_millis <= 0 or spec.memory_bytes <= 0 or spec.pids <= 0:
             raise BackendError.invalid("cpu, memory and pids limits must be positive")
+        try:
+            oci_config.tenant_group(spec.tenant)
+        except ValueError as err:
+            raise BackendError.invalid(str(err)) from None
         self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable runtime class
         if spec.runtime_class == RUNTIME_RUNSC and spec.network.networked:
             raise BackendError.invalid(
@@ -206,10 +210,14 @@ class LocalBackend:
         return await self._in_thread(lambda: [i.info(default) for i in self.store.list()])
 
     async def close(self) -> None:
-        """Wait for background undo work and stop the thread pool; sandboxes stay."""
+        """Wait for background undo work, drop empty tenant cgroup groups, stop the thread pool.
+
+        Sandboxes stay (and so do the groups that still hold one).
+        """
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self.network.close(self._in_thread)
+        await self._in_thread(cgroups.remove_empty_groups)
         self._pool.shutdown(wait=True)
 
     # -- helpers on the event loop -----------------------------------------------
@@ -320,6 +328,7 @@ class LocalBackend:
             limits=oci_config.ContainerLimits(spec.cpu_millis, spec.memory_bytes, spec.pids),
             injected=inject,
             gvisor=gvisor,
+            tenant=spec.tenant,
         )
         config["mounts"].append(self.network.resolv_conf_mount(sandbox.dir))
         oci_config.write_config(sandbox.dir, config)
@@ -328,7 +337,7 @@ class LocalBackend:
         meta = SandboxMeta(
             sandbox_id=spec.sandbox_id,
             env=env,
-            memory_cgroup=str(cgroups.memory_cgroup_dir(spec.sandbox_id)),
+            memory_cgroup=str(cgroups.memory_cgroup_dir(spec.sandbox_id, spec.tenant)),
             cwd=image.cwd,
         )
         if inject is not None:
@@ -344,6 +353,8 @@ class LocalBackend:
             inject.wait_ready(
                 init_pid, sandbox.dir / LOG_FILE, self.settings.executor_start_timeout
             )
+        # Started at the top CPU weight (oci_config.STARTING_CPU_SHARES); commands run at the default.
+        cgroups.set_cpu_weight(spec.sandbox_id, starting=False)
         replace(meta, init_pid=init_pid).write(sandbox.meta_file)
         address = "" if inject is None else injected.executor_address(sandbox)
         return BackendSandbox(
@@ -413,6 +424,8 @@ class LocalBackend:
             stopped = state is None or not state.running
             if not stopped:
                 assert state is not None
+                # The dying processes must run to exit (and drop their kernel locks) soon.
+                cgroups.set_cpu_weight(sandbox_id, starting=True)
                 stopped = kill_and_wait(state.init_pid, state.init_start_time)
             if not stopped:
                 try:

@@ -2,22 +2,33 @@
 
 On this kind of machine the hierarchy is cgroup v1 "hybrid": one v1 hierarchy
 per controller under ``/sys/fs/cgroup/<controller>`` plus an empty v2 tree at
-``/sys/fs/cgroup/unified``. runc (cgroupsPath ``/orchard/<id>``) makes
-``<mount>/orchard/<id>`` in every one of them, the v2 one and
-``name=systemd`` included; ``runc delete`` removes them, but a crash between
-``runc create`` and ``delete`` can leave empty ones behind, so delete sweeps
-every cgroup mount found in /proc/self/mountinfo.
+``/sys/fs/cgroup/unified``. runc (cgroupsPath ``/orchard/<group>/<id>``, the
+group being the tenant's: ``oci_config.tenant_group``) makes
+``<mount>/orchard/<group>/<id>`` in every one of them, the v2 one and
+``name=systemd`` included. Delete removes the sandbox's own folders in every
+cgroup mount found in /proc/self/mountinfo (a crash half-way through a create
+can leave empty ones behind). The group folders stay while the backend runs (a
+create in the same group may be between runc's two mkdirs); the backend removes
+the empty ones when it closes (``remove_empty_groups``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import time
 from pathlib import Path
 
-from .oci_config import CGROUP_PARENT
+from .oci_config import (
+    CGROUP_PARENT,
+    POOL_GROUP,
+    RUNNING_CPU_SHARES,
+    STARTING_CPU_SHARES,
+    TENANT_GROUP_RE,
+    tenant_group,
+)
 
 DEFAULT_MEMORY_MOUNT = Path("/sys/fs/cgroup/memory")
 
@@ -38,22 +49,83 @@ def cgroup_mounts() -> tuple[tuple[Path, frozenset[str]], ...]:
     return tuple(mounts)
 
 
-def memory_cgroup_dir(sandbox_id: str) -> Path:
+def memory_cgroup_dir(sandbox_id: str, tenant: str = "") -> Path:
     """Host path of the sandbox's v1 memory cgroup (``memory.oom_control`` lives there)."""
+    relative = Path(CGROUP_PARENT, tenant_group(tenant), sandbox_id)
     for mount_point, options in cgroup_mounts():
         if "memory" in options:
-            return mount_point / CGROUP_PARENT / sandbox_id
-    return DEFAULT_MEMORY_MOUNT / CGROUP_PARENT / sandbox_id
+            return mount_point / relative
+    return DEFAULT_MEMORY_MOUNT / relative
+
+
+def _cpu_files(sandbox_id: str) -> list[tuple[Path, bool]]:
+    """(cpu weight file, is v2) of the sandbox's cpu cgroup: v1 ``cpu.shares``, else v2."""
+    found: list[tuple[Path, bool]] = []
+    for path in sandbox_cgroup_dirs(sandbox_id):
+        if (path / "cpu.shares").exists():
+            found.append((path / "cpu.shares", False))
+        elif (path / "cpu.weight").exists():
+            found.append((path / "cpu.weight", True))
+    return found
+
+
+def set_cpu_weight(sandbox_id: str, *, starting: bool) -> None:
+    """The sandbox's CPU weight: the top one while it starts or is torn down, else the default.
+
+    See ``oci_config.STARTING_CPU_SHARES`` for why. A sandbox with no cpu cgroup
+    (gone already) is left alone.
+    """
+    shares = STARTING_CPU_SHARES if starting else RUNNING_CPU_SHARES
+    for path, v2 in _cpu_files(sandbox_id):
+        # runc's own v1 -> v2 conversion of shares into a weight (1..10000).
+        value = 1 + ((shares - 2) * 9999) // 262_142 if v2 else shares
+        with contextlib.suppress(FileNotFoundError):  # the sandbox went meanwhile
+            path.write_text(str(value))
+
+
+def _group_dirs(mount_point: Path) -> list[Path]:
+    """The tenant and pool group folders under ``<mount>/orchard``."""
+    try:
+        entries = list(os.scandir(mount_point / CGROUP_PARENT))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [
+        Path(entry.path)
+        for entry in entries
+        if (entry.name == POOL_GROUP or TENANT_GROUP_RE.match(entry.name))
+        and entry.is_dir(follow_symlinks=False)
+    ]
 
 
 def sandbox_cgroup_dirs(sandbox_id: str) -> list[Path]:
-    """Every cgroup folder of the sandbox that exists now, in any hierarchy."""
+    """Every cgroup folder of the sandbox that exists now, in any hierarchy and group.
+
+    Found by looking (not from its record): a create that died half-way may
+    have left folders and no record. Also looks directly under ``orchard``,
+    where sandboxes made before tenant groups lived.
+    """
     found: list[Path] = []
     for mount_point, _ in cgroup_mounts():
-        path = mount_point / CGROUP_PARENT / sandbox_id
-        if path.is_dir():
-            found.append(path)
+        for parent in (mount_point / CGROUP_PARENT, *_group_dirs(mount_point)):
+            path = parent / sandbox_id
+            if path.is_dir():
+                found.append(path)
     return found
+
+
+def remove_empty_groups() -> int:
+    """rmdir the tenant/pool group folders that hold no sandbox any more; returns how many."""
+    removed = 0
+    for mount_point, _ in cgroup_mounts():
+        for group in _group_dirs(mount_point):
+            try:
+                os.rmdir(group)
+            except OSError as err:
+                if err.errno not in (errno.EBUSY, errno.ENOENT, errno.ENOTEMPTY):
+                    raise
+            else:
+                removed += 1
+    return removed
 
 
 def remove_sandbox_cgroups(sandbox_id: str, attempts: int = 20) -> list[Path]:
