@@ -150,3 +150,28 @@ def test_fork_bomb_hits_the_pids_limit(stack: Stack, sandbox: Sandbox) -> None:
         left = sb.exec("ls -d /proc/[0-9]*").stdout_text.split()
         assert len(left) < 10, left
     assert sandbox.exec("echo neighbour").stdout == b"neighbour\n"
+
+
+def _nice_of(pid: int | str) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_cpu_is_shared_by_tenant_and_the_control_plane_goes_first(
+    stack: Stack, sandbox: Sandbox
+) -> None:
+    """The sandbox's cgroup is in its tenant's group, at the default weight once started;
+    its commands run at nice 0 while ``orchard up``'s services run at -10 (their
+    sessions too, where the kernel groups tasks by session)."""
+    cpu = sandbox_cgroup("cpu", sandbox.id)
+    assert cpu.parent.name == "t-dev" and cpu.parent.parent.name == "orchard"
+    assert (cpu / "cpu.shares").read_text().strip() == "1024"  # the start-up boost is over
+    in_sandbox = sandbox.exec(["sh", "-c", "cut -d ' ' -f 19 /proc/self/stat"])
+    assert in_sandbox.stdout == b"0\n", in_sandbox
+    services = Path(f"/proc/{stack.process.pid}/task/{stack.process.pid}/children")
+    children = services.read_text().split()
+    assert len(children) >= 3
+    for pid in children:
+        assert _nice_of(pid) == -10, pid
+        autogroup = Path(f"/proc/{pid}/autogroup")
+        if autogroup.exists():
+            assert autogroup.read_text().split()[-1] == "-10", autogroup.read_text()

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -157,6 +158,9 @@ int main(int argc, char **argv) {
     if (run_dir == NULL || listen_addr == NULL || run_dir[0] != '/' || n_extra > MAX_EXTRA) {
         usage();
     }
+    /* The sandbox's executor and commands run at the ordinary CPU priority, not the
+     * raised one of the control plane that started this sandbox (orchard up: nice -10). */
+    setpriority(PRIO_PROCESS, 0, 0);
     if (chmod(run_dir, 0700) < 0) die("chmod the run folder");
     if (init_fd < 0) init_fd = bind_init_socket(run_dir);
     char bundle[PATH_MAX];
