@@ -221,6 +221,8 @@ def run(
         and result["liveness_probe"]["failed"] == 0,
     }
     (out / "summary.json").write_text(json.dumps(result, indent=2))
+    # The services' logs (per-create timings, the probe tenant's calls) outlive the home.
+    shutil.copytree(home / "logs", out / "logs", dirs_exist_ok=True)
     if result["nothing_left_after_stop"]:  # never walk into a mount that was left behind
         shutil.rmtree(home, ignore_errors=True)
     return result
