@@ -80,10 +80,10 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--nice",
         type=int,
-        default=DEFAULT_CONTROL_PLANE_NICE,
+        default=int(os.environ.get("ORCHARD_CONTROL_PLANE_NICE") or DEFAULT_CONTROL_PLANE_NICE),
         help="the control plane's CPU priority (nice, -20..19; default "
-        f"{DEFAULT_CONTROL_PLANE_NICE}): the services and the runc they start, not the "
-        "sandboxes (their first process goes back to 0)",
+        f"$ORCHARD_CONTROL_PLANE_NICE or {DEFAULT_CONTROL_PLANE_NICE}): the services and the "
+        "runc they start, not the sandboxes (their first process goes back to 0)",
     )
     p.set_defaults(run=cmd_up)
 
