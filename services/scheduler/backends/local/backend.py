@@ -354,7 +354,9 @@ class LocalBackend:
                 init_pid, sandbox.dir / LOG_FILE, self.settings.executor_start_timeout
             )
         # Started at the top CPU weight (oci_config.STARTING_CPU_SHARES); commands run at the default.
-        cgroups.set_cpu_weight(spec.sandbox_id, starting=False)
+        cgroups.set_cpu_weight(
+            cgroups.cpu_cgroup_dirs(spec.sandbox_id, spec.tenant), starting=False
+        )
         replace(meta, init_pid=init_pid).write(sandbox.meta_file)
         address = "" if inject is None else injected.executor_address(sandbox)
         return BackendSandbox(
@@ -419,13 +421,14 @@ class LocalBackend:
         if self.runsc.owns(sandbox_id):
             self._delete_runsc(sandbox_id)
         runc_state = self.runc.state_dir(sandbox_id)
+        found = cgroups.sandbox_cgroup_dirs(sandbox_id)
         if runc_state.exists():
             state = self.runc.state(sandbox_id)
             stopped = state is None or not state.running
             if not stopped:
                 assert state is not None
                 # The dying processes must run to exit (and drop their kernel locks) soon.
-                cgroups.set_cpu_weight(sandbox_id, starting=True)
+                cgroups.set_cpu_weight(found, starting=True)
                 stopped = kill_and_wait(state.init_pid, state.init_start_time)
             if not stopped:
                 try:
@@ -440,7 +443,7 @@ class LocalBackend:
         self.network.detach_sync(sandbox_id)
         if sandbox.dir.exists():
             overlay.unmount_overlay(sandbox.rootfs)
-        leftover = cgroups.remove_sandbox_cgroups(sandbox_id)
+        leftover = cgroups.remove_sandbox_cgroups(sandbox_id, found=found)
         if leftover:
             _kill_cgroup_processes(sandbox_id)
             leftover = cgroups.remove_sandbox_cgroups(sandbox_id)

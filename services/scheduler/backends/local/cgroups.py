@@ -58,29 +58,37 @@ def memory_cgroup_dir(sandbox_id: str, tenant: str = "") -> Path:
     return DEFAULT_MEMORY_MOUNT / relative
 
 
-def _cpu_files(sandbox_id: str) -> list[tuple[Path, bool]]:
-    """(cpu weight file, is v2) of the sandbox's cpu cgroup: v1 ``cpu.shares``, else v2."""
-    found: list[tuple[Path, bool]] = []
-    for path in sandbox_cgroup_dirs(sandbox_id):
-        if (path / "cpu.shares").exists():
-            found.append((path / "cpu.shares", False))
-        elif (path / "cpu.weight").exists():
-            found.append((path / "cpu.weight", True))
-    return found
+def cpu_cgroup_dirs(sandbox_id: str, tenant: str = "") -> list[Path]:
+    """Where the sandbox's CPU weight lives: the v1 ``cpu`` hierarchy, and any cgroup2
+    mount (which has ``cpu.weight`` only where the cpu controller is enabled there)."""
+    relative = Path(CGROUP_PARENT, tenant_group(tenant), sandbox_id)
+    return [
+        mount_point / relative
+        for mount_point, options in cgroup_mounts()
+        if "cpu" in options or not options
+    ]
 
 
-def set_cpu_weight(sandbox_id: str, *, starting: bool) -> None:
+def set_cpu_weight(cgroup_dirs: list[Path], *, starting: bool) -> None:
     """The sandbox's CPU weight: the top one while it starts or is torn down, else the default.
 
-    See ``oci_config.STARTING_CPU_SHARES`` for why. A sandbox with no cpu cgroup
-    (gone already) is left alone.
+    ``cgroup_dirs``: its cgroup folders (``cpu_cgroup_dirs``, or all of them from
+    ``sandbox_cgroup_dirs``); those without a weight file are skipped, and so is
+    a sandbox whose cgroups are gone. See ``oci_config.STARTING_CPU_SHARES`` for why.
     """
     shares = STARTING_CPU_SHARES if starting else RUNNING_CPU_SHARES
-    for path, v2 in _cpu_files(sandbox_id):
-        # runc's own v1 -> v2 conversion of shares into a weight (1..10000).
-        value = 1 + ((shares - 2) * 9999) // 262_142 if v2 else shares
-        with contextlib.suppress(FileNotFoundError):  # the sandbox went meanwhile
-            path.write_text(str(value))
+    for path in cgroup_dirs:
+        for name, value in (
+            ("cpu.shares", shares),
+            # runc's own v1 -> v2 conversion of shares into a weight (1..10000).
+            ("cpu.weight", 1 + ((shares - 2) * 9999) // 262_142),
+        ):
+            weight_file = path / name
+            if not weight_file.exists():  # not this kind of hierarchy (cgroupfs refuses a new file)
+                continue
+            with contextlib.suppress(FileNotFoundError):  # the sandbox went meanwhile
+                weight_file.write_text(str(value))
+            break
 
 
 def _group_dirs(mount_point: Path) -> list[Path]:
@@ -128,13 +136,17 @@ def remove_empty_groups() -> int:
     return removed
 
 
-def remove_sandbox_cgroups(sandbox_id: str, attempts: int = 20) -> list[Path]:
+def remove_sandbox_cgroups(
+    sandbox_id: str, attempts: int = 20, found: list[Path] | None = None
+) -> list[Path]:
     """rmdir the sandbox's leftover cgroups; returns those that could not be removed.
 
-    A cgroup can only be removed once its last process has exited, which can
-    lag a SIGKILL by a few milliseconds, so EBUSY is retried briefly.
+    ``found``: its folders as ``sandbox_cgroup_dirs`` listed them a moment ago
+    (saves looking again). A cgroup can only be removed once its last process
+    has exited, which can lag a SIGKILL by a few milliseconds, so EBUSY is
+    retried briefly.
     """
-    remaining = sandbox_cgroup_dirs(sandbox_id)
+    remaining = list(found) if found is not None else sandbox_cgroup_dirs(sandbox_id)
     for attempt in range(attempts):
         still: list[Path] = []
         for path in remaining:
