@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 
 import pytest
 from orchard.scheduler.backends import BackendError, SandboxSpec, load_backend
-from orchard.scheduler.backends.local import oci_config, overlay
+from orchard.scheduler.backends.local import cgroups, oci_config, overlay
 from orchard.scheduler.backends.local.backend import LocalBackend
 from orchard.scheduler.backends.local.runc import process_start_time
 from orchard.scheduler.backends.local.settings import LocalSettings
@@ -215,6 +215,22 @@ def test_delete_leaves_nothing_behind(backend: LocalBackend, run: Run, home: Pat
     # Idempotent: again, and for a sandbox that never existed.
     run(backend.delete("del-1"))
     run(backend.delete("never-made"))
+    assert footprint.leftovers() == []
+
+
+def test_delete_finishes_when_the_teardown_weight_cannot_be_set(
+    backend: LocalBackend, run: Run, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The top CPU weight before the kill only speeds a teardown up: when writing it
+    fails (as a cgroup2 folder refusing a v1 file once did), the sandbox still goes."""
+    made = run(backend.create(spec("del-w")))
+    footprint = Footprint.of(home, "del-w", made.init_pid)
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", "cpu.shares")
+
+    monkeypatch.setattr(cgroups, "set_cpu_weight", refuse)
+    run(backend.delete("del-w"))
     assert footprint.leftovers() == []
 
 
