@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import re
 import time
@@ -343,8 +344,12 @@ class DataPlaneProxy:
 
         return handle
 
-    async def _single(self, full_method: str, kind: str, request: Any, context: Context) -> bytes:
-        """One response back: unary-unary and stream-unary calls."""
+    @contextlib.asynccontextmanager
+    async def _upstream(
+        self, full_method: str, kind: str, request: Any, context: Context
+    ) -> AsyncIterator[Any]:
+        """The upstream call for ``request``; its errors relayed to the client, and the call
+        cancelled when the client goes away (or we fail)."""
         token = ""
         call = None
         try:
@@ -352,17 +357,21 @@ class DataPlaneProxy:
             call = multi(
                 request, metadata=forwarded_metadata(metadata), timeout=context.time_remaining()
             )
-            response: bytes = await call
-            return response
+            yield call
         except ServiceError as exc:
             await _abort(context, exc)
         except grpc.aio.AioRpcError as exc:
             self._on_upstream_error(token, exc)
             await _relay_error(context, exc)
         finally:
-            # The client went away (or we failed): stop the executor's side too.
             if call is not None and not call.done():
                 call.cancel()
+
+    async def _single(self, full_method: str, kind: str, request: Any, context: Context) -> bytes:
+        """One response back: unary-unary and stream-unary calls."""
+        async with self._upstream(full_method, kind, request, context) as call:
+            response: bytes = await call
+            return response
         raise AssertionError("unreachable: context.abort raises")
 
     def stream_stream(
@@ -377,24 +386,9 @@ class DataPlaneProxy:
     async def _stream(
         self, full_method: str, kind: str, request: Any, context: Context
     ) -> AsyncIterator[bytes]:
-        token = ""
-        call = None
-        try:
-            multi, metadata, token = await self._target(context, full_method, kind)
-            call = multi(
-                request, metadata=forwarded_metadata(metadata), timeout=context.time_remaining()
-            )
+        async with self._upstream(full_method, kind, request, context) as call:
             async for item in call:
                 yield item
-        except ServiceError as exc:
-            await _abort(context, exc)
-        except grpc.aio.AioRpcError as exc:
-            self._on_upstream_error(token, exc)
-            await _relay_error(context, exc)
-        finally:
-            # The client went away (or we failed): stop the executor's side too.
-            if call is not None and not call.done():
-                call.cancel()
 
     def handler(self) -> grpc.GenericRpcHandler:  # type: ignore[type-arg]
         """Bytes-in, bytes-out handlers for every ExecutorService method."""
