@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orchard import ExecStatus, OutputChunk, Sandbox
 
 
@@ -20,3 +22,24 @@ def check_session(sb: Sandbox) -> None:
         assert sh.run("X=41; cd /tmp").exit_code == 0
         got = sh.run("echo $((X+1)) $(pwd)")
     assert got.stdout == b"42 /tmp\n"
+
+
+def check_files_and_tree(sb: Sandbox, tmp_path: Path, blob: bytes, files: int) -> None:
+    """A file of ``blob`` written and read back, and a tree of ``files`` files (in
+    folders of ten) uploaded and downloaded, through the proxy."""
+    assert sb.write_file("/tmp/proxied.bin", blob) == len(blob)
+    assert sb.read_file("/tmp/proxied.bin") == blob
+    tree = tmp_path / "tree"
+    folders = max(1, files // 10)
+    for i in range(files):
+        (tree / f"d{i % folders}").mkdir(parents=True, exist_ok=True)
+        (tree / f"d{i % folders}" / f"f{i}.txt").write_text(f"file {i}\n")
+    sent, _ = sb.upload(tree, "/tmp/tree")
+    assert sent == files
+    back = tmp_path / "back"
+    sb.download("/tmp/tree", back)
+    assert sorted(p.relative_to(back) for p in back.rglob("*.txt")) == sorted(
+        p.relative_to(tree) for p in tree.rglob("*.txt")
+    )
+    last = files - 1
+    assert (back / f"d{last % folders}" / f"f{last}.txt").read_text() == f"file {last}\n"

@@ -20,7 +20,11 @@ import pytest
 from orchard import Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2
 from tests.gateway.conftest import GatewayStack
-from tests.gateway.data_plane_checks import check_exec_and_streaming_exec, check_session
+from tests.gateway.data_plane_checks import (
+    check_exec_and_streaming_exec,
+    check_files_and_tree,
+    check_session,
+)
 from tests.stack import REQUIRES_STACK
 
 pytestmark = REQUIRES_STACK
@@ -104,21 +108,8 @@ def test_session_through_proxy(proxied: Sandbox) -> None:
 
 
 def test_files_through_proxy(proxied: Sandbox, tmp_path: Path) -> None:
-    blob = bytes(range(256)) * 20_000  # 5 MB: several chunks each way
-    assert proxied.write_file("/tmp/proxied.bin", blob) == len(blob)
-    assert proxied.read_file("/tmp/proxied.bin") == blob
-    tree = tmp_path / "tree"
-    for i in range(50):
-        (tree / f"d{i % 5}").mkdir(parents=True, exist_ok=True)
-        (tree / f"d{i % 5}" / f"f{i}.txt").write_text(f"file {i}\n")
-    files, _ = proxied.upload(tree, "/tmp/tree")
-    assert files == 50
-    back = tmp_path / "back"
-    proxied.download("/tmp/tree", back)
-    assert sorted(p.relative_to(back) for p in back.rglob("*.txt")) == sorted(
-        p.relative_to(tree) for p in tree.rglob("*.txt")
-    )
-    assert (back / "d3" / "f13.txt").read_text() == "file 13\n"
+    # 5 MB: several chunks each way
+    check_files_and_tree(proxied, tmp_path, bytes(range(256)) * 20_000, files=50)
 
 
 def test_raw_run_needs_the_sandbox_token(gw: GatewayStack, direct_sb: Sandbox) -> None:

@@ -24,7 +24,11 @@ from orchard.gateway.proxy_nginx import NginxPaths, render_conf
 
 from orchard import Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
-from tests.gateway.data_plane_checks import check_exec_and_streaming_exec, check_session
+from tests.gateway.data_plane_checks import (
+    check_exec_and_streaming_exec,
+    check_files_and_tree,
+    check_session,
+)
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, Stack, running_stack
 
 NEEDS_NGINX = pytest.mark.skipif(shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
@@ -151,21 +155,7 @@ def test_session(proxied: Sandbox) -> None:
 
 
 def test_files_and_tree(proxied: Sandbox, tmp_path: Path) -> None:
-    blob = os.urandom(6 << 20)  # 6 MiB: many chunks each way
-    assert proxied.write_file("/tmp/nginx.bin", blob) == len(blob)
-    assert proxied.read_file("/tmp/nginx.bin") == blob
-    tree = tmp_path / "tree"
-    for i in range(60):
-        (tree / f"d{i % 6}").mkdir(parents=True, exist_ok=True)
-        (tree / f"d{i % 6}" / f"f{i}.txt").write_text(f"file {i}\n")
-    files, _ = proxied.upload(tree, "/tmp/tree")
-    assert files == 60
-    back = tmp_path / "back"
-    proxied.download("/tmp/tree", back)
-    assert sorted(p.relative_to(back) for p in back.rglob("*.txt")) == sorted(
-        p.relative_to(tree) for p in tree.rglob("*.txt")
-    )
-    assert (back / "d4" / "f10.txt").read_text() == "file 10\n"
+    check_files_and_tree(proxied, tmp_path, os.urandom(6 << 20), files=60)  # 6 MiB: many chunks
 
 
 def test_forged_missing_and_foreign_tokens_refused(ngx: NginxStack, direct_sb: Sandbox) -> None:
