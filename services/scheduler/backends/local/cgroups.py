@@ -27,7 +27,7 @@ from .oci_config import (
     RUNNING_CPU_SHARES,
     STARTING_CPU_SHARES,
     TENANT_GROUP_RE,
-    tenant_group,
+    cgroups_path,
 )
 
 DEFAULT_MEMORY_MOUNT = Path("/sys/fs/cgroup/memory")
@@ -49,9 +49,14 @@ def cgroup_mounts() -> tuple[tuple[Path, frozenset[str]], ...]:
     return tuple(mounts)
 
 
+def _relative(sandbox_id: str, tenant: str) -> Path:
+    """The sandbox's folder under each cgroup mount: runc's cgroupsPath, made relative."""
+    return Path(cgroups_path(sandbox_id, tenant).lstrip("/"))
+
+
 def memory_cgroup_dir(sandbox_id: str, tenant: str = "") -> Path:
     """Host path of the sandbox's v1 memory cgroup (``memory.oom_control`` lives there)."""
-    relative = Path(CGROUP_PARENT, tenant_group(tenant), sandbox_id)
+    relative = _relative(sandbox_id, tenant)
     for mount_point, options in cgroup_mounts():
         if "memory" in options:
             return mount_point / relative
@@ -61,7 +66,7 @@ def memory_cgroup_dir(sandbox_id: str, tenant: str = "") -> Path:
 def cpu_cgroup_dirs(sandbox_id: str, tenant: str = "") -> list[Path]:
     """Where the sandbox's CPU weight lives: the v1 ``cpu`` hierarchy, and any cgroup2
     mount (which has ``cpu.weight`` only where the cpu controller is enabled there)."""
-    relative = Path(CGROUP_PARENT, tenant_group(tenant), sandbox_id)
+    relative = _relative(sandbox_id, tenant)
     return [
         mount_point / relative
         for mount_point, options in cgroup_mounts()
