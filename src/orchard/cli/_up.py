@@ -41,8 +41,6 @@ DATA_PLANE_PROXIES = ("nginx", "python", "off")
 DEFAULT_DATA_PLANE_PROXY = "python"
 STOP_TIMEOUT_SECONDS = 60.0
 DEFAULT_CONTROL_PLANE_NICE = -10
-_CONTROL_PLANE_NICE: int | None = None
-"""The nice set by ``set_control_plane_priority``, for the children's sessions."""
 
 
 def register(commands: Any) -> None:
@@ -213,7 +211,6 @@ def set_control_plane_priority(nice: int) -> None:
     nice only counts inside its session: :func:`_session_priority` sets each
     child's session as well.
     """
-    global _CONTROL_PLANE_NICE
     if not -20 <= nice <= 19:
         raise StackError(f"--nice {nice}: expected -20..19")
     try:
@@ -226,17 +223,14 @@ def set_control_plane_priority(nice: int) -> None:
             file=sys.stderr,
             flush=True,
         )
-        return
-    _CONTROL_PLANE_NICE = nice
 
 
 def _session_priority(pid: int) -> None:
-    """Give the child's session (its own autogroup: it leads a new session) the control
-    plane's nice; without autogroups the file is absent and the task's nice counts."""
-    if _CONTROL_PLANE_NICE is None:
-        return
+    """Give the child's session (its own autogroup: it leads a new session) this process's
+    nice, which the child inherited as a task; without autogroups the file is absent and
+    the task's nice is what counts."""
     try:
-        Path(f"/proc/{pid}/autogroup").write_text(f"{_CONTROL_PLANE_NICE}\n")
+        Path(f"/proc/{pid}/autogroup").write_text(f"{os.getpriority(os.PRIO_PROCESS, 0)}\n")
     except FileNotFoundError:
         pass  # no autogroups in this kernel (or the child is gone: its start reports that)
     except PermissionError as err:
