@@ -49,7 +49,7 @@ class SandboxSpec:
     """Create-time environment, merged over the image's environment."""
     tenant: str = ""
     """Whose sandbox it is ("" = an unclaimed pool member). The local backend shares the
-    CPU fairly between tenants first (``cgroups.tenant_group``), so one tenant's busy
+    CPU fairly between tenants first (``local.oci_config.tenant_group``), so one tenant's busy
     sandboxes cannot starve another tenant's."""
     runtime_class: str = ""
     """How the sandbox runs: "" = the backend's default; locally "runc" (served by the
