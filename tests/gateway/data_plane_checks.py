@@ -2,9 +2,43 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from orchard import ExecStatus, OutputChunk, Sandbox
+from orchard._proto.orchard.v1 import executor_pb2
+
+
+def run_request(sandbox_id: str, *argv: str) -> executor_pb2.RunRequest:
+    return executor_pb2.RunRequest(
+        start=executor_pb2.ExecStart(sandbox_id=sandbox_id, argv=list(argv))
+    )
+
+
+def bearer(token: str) -> tuple[tuple[str, str]]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def processes(sb: Sandbox) -> str:
+    """Every command line in the sandbox, one per line (read directly, not through a proxy)."""
+    script = (
+        "import os\n"
+        "for p in os.listdir('/proc'):\n"
+        "    if p.isdigit():\n"
+        "        try: print(open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode())\n"
+        "        except OSError: pass\n"
+    )
+    return sb.exec(["python3", "-c", script]).stdout.decode()
+
+
+def wait_gone(sb: Sandbox, marker: str, seconds: float) -> bool:
+    """Whether no command line in the sandbox contains ``marker`` within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if marker not in processes(sb):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def check_exec_and_streaming_exec(sb: Sandbox) -> None:

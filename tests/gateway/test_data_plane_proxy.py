@@ -21,9 +21,13 @@ from orchard import Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2
 from tests.gateway.conftest import GatewayStack
 from tests.gateway.data_plane_checks import (
+    bearer,
     check_exec_and_streaming_exec,
     check_files_and_tree,
     check_session,
+    processes,
+    run_request,
+    wait_gone,
 )
 from tests.stack import REQUIRES_STACK
 
@@ -59,37 +63,6 @@ def access_of(gw: GatewayStack, sandbox_id: str, api_key: str) -> sandbox_pb2.Ex
 
 def gateway_stub(gw: GatewayStack) -> executor_pb2_grpc.ExecutorServiceStub:
     return executor_pb2_grpc.ExecutorServiceStub(gw.channel)
-
-
-def run_request(sandbox_id: str, *argv: str) -> executor_pb2.RunRequest:
-    return executor_pb2.RunRequest(
-        start=executor_pb2.ExecStart(sandbox_id=sandbox_id, argv=list(argv))
-    )
-
-
-def bearer(token: str) -> tuple[tuple[str, str]]:
-    return (("authorization", f"Bearer {token}"),)
-
-
-def processes(sb: Sandbox) -> str:
-    """Every command line in the sandbox, one per line (read directly, not through the proxy)."""
-    script = (
-        "import os\n"
-        "for p in os.listdir('/proc'):\n"
-        "    if p.isdigit():\n"
-        "        try: print(open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode())\n"
-        "        except OSError: pass\n"
-    )
-    return sb.exec(["python3", "-c", script]).stdout.decode()
-
-
-def wait_gone(sb: Sandbox, marker: str, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if marker not in processes(sb):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_sdk_goes_to_the_gateway_in_proxy_mode(gw: GatewayStack, proxied: Sandbox) -> None:

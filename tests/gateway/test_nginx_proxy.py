@@ -25,9 +25,13 @@ from orchard.gateway.proxy_nginx import NginxPaths, render_conf
 from orchard import Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
 from tests.gateway.data_plane_checks import (
+    bearer,
     check_exec_and_streaming_exec,
     check_files_and_tree,
     check_session,
+    processes,
+    run_request,
+    wait_gone,
 )
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, Stack, running_stack
 
@@ -96,31 +100,6 @@ def proxied(ngx: NginxStack, direct_sb: Sandbox, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("ORCHARD_HOME", str(ngx.stack.home))
     monkeypatch.setenv("ORCHARD_DATA_PLANE", "proxy")
     return Sandbox.connect(direct_sb.id)
-
-
-def run_request(sandbox_id: str, *argv: str) -> executor_pb2.RunRequest:
-    return executor_pb2.RunRequest(
-        start=executor_pb2.ExecStart(sandbox_id=sandbox_id, argv=list(argv))
-    )
-
-
-def bearer(token: str) -> tuple[tuple[str, str]]:
-    return (("authorization", f"Bearer {token}"),)
-
-
-def commands_in(sb: Sandbox) -> str:
-    """Every command line in the sandbox (read directly, not through nginx)."""
-    script = "import os\nfor p in filter(str.isdigit, os.listdir('/proc')):\n    try: print(open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0', b' ').decode())\n    except OSError: pass\n"  # fmt: skip
-    return sb.exec(["python3", "-c", script]).stdout.decode()
-
-
-def wait_gone(sb: Sandbox, marker: str, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if marker not in commands_in(sb):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_conf_has_one_fixed_upstream_and_no_client_chosen_target(tmp_path: Path) -> None:
@@ -200,7 +179,7 @@ def test_deadline_honoured(ngx: NginxStack, direct_sb: Sandbox) -> None:
         )
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert time.monotonic() - started < 5
-    assert wait_gone(direct_sb, "sleep 41.5", 10), commands_in(direct_sb)
+    assert wait_gone(direct_sb, "sleep 41.5", 10), processes(direct_sb)
 
 
 def test_cancelled_stream_ends_the_command(ngx: NginxStack, direct_sb: Sandbox) -> None:
@@ -211,7 +190,7 @@ def test_cancelled_stream_ends_the_command(ngx: NginxStack, direct_sb: Sandbox) 
     call = ngx.stub.Exec(iter([executor_pb2.ExecRequest(start=start)]), metadata=bearer(token))
     assert next(call).stdout == b"started\n"
     call.cancel()
-    assert wait_gone(direct_sb, "sleep 43.5", 10), commands_in(direct_sb)
+    assert wait_gone(direct_sb, "sleep 43.5", 10), processes(direct_sb)
 
 
 def test_missing_nginx_is_a_clear_error(tmp_path: Path) -> None:
