@@ -386,8 +386,9 @@ class SandboxLifecycle:
         ttl = max(1.0, min(self.settings.token_ttl_seconds, rec.expires_at - now))
         # Bound to the owner, with its exec quota for the executor to enforce.
         token, expiry = self.signer.issue(
-            rec.id, ttl, now=now, tenant=rec.tenant, max_execs=call_quota().max_execs
-        )
+            rec.id, ttl, now=now, tenant=rec.tenant, max_execs=call_quota().max_execs,
+            created=rec.created_at,
+        )  # fmt: skip
         address = rec.executor_address or self.settings.executor_address
         if not address:
             raise infrastructure(

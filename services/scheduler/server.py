@@ -23,7 +23,7 @@ from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import ServerObservability
-from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.tokens import TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
 from .backends.base import Backend, load_backend
@@ -104,7 +104,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     if backend is None:
         backend = load_backend(settings.backend, settings)
     check_runtime_classes(templates, backend)
-    signer = TokenSigner(load_or_create_key(layout.token_key))
+    signer = TokenSigner(layout.keyring_file())
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
     server = grpc.aio.server(

@@ -8,6 +8,7 @@
     orchard image ls | import SOURCE --name N | build-default
     orchard reward grade INSTANCE.json PATCH | reward rank TASK CANDIDATES.jsonl
     orchard tenant create|ls|revoke|rotate-key|quota   tenants, API keys, quotas (node admin)
+    orchard token-key ls | rotate [--drop KID]     data-plane token keys (node admin)
     orchard pool ls | hint TEMPLATE N [--within S]  warm pools of templates
     orchard net set ID MODE [--cidr C] [--port P] [--domain D] | net show ID
 
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 
 from orchard.client import OrchardError
 
-from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _up
+from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _token_keys, _up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sandboxes.register(commands)
     _images.register(commands)
     _tenants.register(commands)
+    _token_keys.register(commands)
     _pools.register(commands)
     _network.register(commands)
     _rewards.register(commands)

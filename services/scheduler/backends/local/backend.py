@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta
-from orchard.common.tokens import load_or_create_key
+from orchard.common.tokens import derive_sandbox_key, encode_sandbox_keys
 
 from ..base import (
     BackendError,
@@ -222,6 +222,13 @@ class LocalBackend:
 
     # -- helpers on the event loop -----------------------------------------------
 
+    def _sandbox_token_keys(self, sandbox_id: str) -> bytes:
+        """The token keys an injected executor gets: its own sandbox's, derived from each
+        of the node's keys; the node's keys never enter a sandbox."""
+        ring = self.layout.keyring_file().ring()
+        keys = {kid: derive_sandbox_key(key, sandbox_id) for kid, key in ring.keys.items()}
+        return encode_sandbox_keys(sandbox_id, keys)
+
     async def _in_thread(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
 
@@ -341,7 +348,7 @@ class LocalBackend:
             cwd=image.cwd,
         )
         if inject is not None:
-            inject.prepare(meta, load_or_create_key(self.layout.token_key))
+            inject.prepare(meta, self._sandbox_token_keys(meta.sandbox_id))
         if gvisor:
             # orchard-init binds its socket inside (runsc hands in no fd 3).
             init_pid = self.runsc.run_detached(
