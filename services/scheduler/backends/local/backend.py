@@ -28,14 +28,20 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta
 from orchard.common.tokens import load_or_create_key
 
 from ..base import (
+    CHECK_RUNTIME_CLASS,
+    CLOSE,
+    REPORT_FAILURES,
+    UPDATE_ENV,
+    UPDATE_NETWORK,
     BackendError,
     BackendSandbox,
+    Capability,
     ImageInfo,
     SandboxSpec,
     check_sandbox_id,
@@ -78,6 +84,9 @@ class LocalBackend:
     """Sandboxes as runc containers on this machine."""
 
     name = "local"
+    capabilities: frozenset[Capability[Any]] = frozenset(
+        {UPDATE_ENV, UPDATE_NETWORK, REPORT_FAILURES, CHECK_RUNTIME_CLASS, CLOSE}
+    )
 
     def __init__(self, settings: LocalSettings) -> None:
         self.settings = settings
