@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 from pathlib import Path
 
 import pytest
 from orchard.scheduler.backends.local import scratch
 
-from .runtime_helpers import mounts_under
+from .runtime_helpers import kernel_at_least, mounts_under
 
 pytestmark = pytest.mark.runc  # mounts: needs root
 
@@ -26,12 +25,7 @@ def _refuse(*_args: object) -> None:
     raise OSError(errno.EINVAL, "fsconfig upperdir (fd): Invalid argument")
 
 
-def _has_detached_api() -> bool:
-    major, minor = (int(part) for part in os.uname().release.split(".")[:2])
-    return (major, minor) >= (6, 13)
-
-
-@pytest.mark.skipif(not _has_detached_api(), reason="this kernel predates 6.13")
+@pytest.mark.skipif(not kernel_at_least(6, 13), reason="this kernel predates 6.13")
 def test_auto_takes_the_detached_tmpfs_here_and_leaves_nothing(tmp_path: Path) -> None:
     layer = scratch.choose(64 * MIB, scratch.AUTO, tmp_path)
     assert (layer.kind, layer.size_bytes, layer.why) == (scratch.DETACHED, 64 * MIB, "")
