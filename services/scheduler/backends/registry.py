@@ -11,9 +11,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .base import Backend, BackendError, check_capabilities
+
+if TYPE_CHECKING:
+    from .base import (
+        Closing,
+        EnvUpdating,
+        FailureReporting,
+        NetworkUpdating,
+        PoolState,
+        RuntimeClassChecking,
+    )
+    from .kubernetes.backend import KubernetesBackend
+    from .local.backend import LocalBackend
+
+    def _declarations_match_signatures(local: LocalBackend, kube: KubernetesBackend) -> None:
+        """For mypy only: each backend satisfies the Protocol of every capability it
+        declares (``supports`` casts; this is what makes the cast honest)."""
+        _local: tuple[
+            Backend, EnvUpdating, NetworkUpdating, FailureReporting, RuntimeClassChecking, Closing
+        ] = (local, local, local, local, local, local)
+        _kube: tuple[Backend, PoolState, NetworkUpdating, FailureReporting, Closing] = (
+            kube, kube, kube, kube, kube,
+        )  # fmt: skip
 
 
 class NodeSettings(Protocol):
