@@ -34,6 +34,7 @@ from orchard.common.layout import NodeLayout, orchard_home
 from orchard.executor.initbin import ensure_init_binary
 from orchard.gateway.proxy_nginx import NginxMissingError, nginx_binary
 
+from . import _extras
 from ._supervision import RestartPolicy
 
 READY_TIMEOUT_SECONDS = 60.0
@@ -238,6 +239,7 @@ def _session_priority(pid: int) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    _extras.require("orchard up", ("server", "rewards"))
     home: Path = (args.home or orchard_home()).resolve()
     layout = NodeLayout(home)
     layout.run.mkdir(parents=True, exist_ok=True)
