@@ -94,3 +94,33 @@ def test_exec_against_a_real_stack_on_the_floor(
     floor = dict(pin.split("==") for pin in floor_requirements())
     assert report["grpcio"].startswith(floor["grpcio"]), report
     assert report["protobuf"].startswith(floor["protobuf"]), report
+
+
+@pytest.mark.runc
+def test_cli_client_commands_on_the_floor(
+    floor_venv: Venv, packaging_stack: Stack, tmp_path: Path
+) -> None:
+    def orchard(*args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(floor_venv.orchard), *args],
+            env=packaging_stack.env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result)
+        return result
+
+    sandbox_id = orchard("create").stdout.strip()
+    assert orchard("exec", sandbox_id, "--", "echo", "from the floor").stdout == "from the floor\n"
+    (tmp_path / "up.txt").write_text("copied\n")
+    orchard("cp", str(tmp_path / "up.txt"), f"{sandbox_id}:/work/up.txt")
+    orchard("cp", f"{sandbox_id}:/work/up.txt", str(tmp_path / "down.txt"))
+    assert (tmp_path / "down.txt").read_text() == "copied\n"
+    assert sandbox_id in orchard("ls").stdout
+    images = orchard("image", "ls").stdout.splitlines()
+    assert images[0].split()[:2] == ["NAME", "DEFAULT"] and any(" yes " in i for i in images[1:])
+    orchard("tenant", "ls")
+    orchard("rm", sandbox_id)
