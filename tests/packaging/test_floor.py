@@ -22,6 +22,9 @@ from tests.stack import Stack
 from .conftest import check_smoke, run_smoke
 from .venvs import PYPROJECT, SERVER_MODULES, Venv, cached_venv, floor_requirements
 
+# A first run makes the venvs (pip downloads grpcio and protobuf); later runs reuse them.
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture(scope="module")
 def floor_venv(orchard_wheel: Path) -> Venv:

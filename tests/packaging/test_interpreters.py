@@ -21,6 +21,9 @@ from .conftest import check_smoke, run_smoke
 from .interpreters import Interpreter, find_cpythons
 from .venvs import cached_venv
 
+# A first run makes the venvs (pip downloads grpcio and protobuf); later runs reuse them.
+pytestmark = pytest.mark.timeout(300)
+
 INTERPRETERS = find_cpythons()
 
 

@@ -73,7 +73,14 @@ def pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def build_wheel(out: Path) -> Path:
-    """This tree as a wheel (what PyPI would serve), built with the dev venv's pip."""
+    """This tree as a wheel (what PyPI would serve), built with the dev venv's pip.
+
+    setuptools builds in the tree's build/lib and packs whatever is there, so a
+    module deleted from the sources would still ship (and still import) from a
+    previous build's copy: those folders go first.
+    """
+    for stale in [ROOT / "build" / "lib", *(ROOT / "build").glob("bdist.*")]:
+        shutil.rmtree(stale, ignore_errors=True)
     pip(Path(sys.executable), "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT))
     (wheel,) = out.glob("orchard_env-*.whl")
     return wheel
