@@ -14,6 +14,9 @@ grpcio-tools 1.66.0 (grpcio>=1.66), whose protoc 27.2 writes gencode 5.27.2
 one pip install), because grpcio-tools 1.66 needs protobuf<6 and the dev venv
 runs the current protobuf. The .pyi type stubs (mypy-protobuf, pinned in the dev
 extra) carry no runtime check and come from the running interpreter's venv.
+Newer runtimes accept this gencode (checked by import: protobuf 5.27.2, 6.33.6, 7.36.2); only
+protobuf 6.30.x and 6.31.x also print a UserWarning ("gencode ... exactly one
+major version older") at import, which later 6.x releases dropped.
 Raising the floor means changing `GRPCIO_TOOLS` and pyproject.toml together,
 then `make protos`; tests/packaging/test_floor.py proves the pair on a fresh venv.
 """
