@@ -18,7 +18,7 @@ Newer runtimes accept this gencode (checked by import: protobuf 5.27.2, 6.33.6, 
 protobuf 6.30.x and 6.31.x also print a UserWarning ("gencode ... exactly one
 major version older") at import, which later 6.x releases dropped.
 Raising the floor means changing `GRPCIO_TOOLS` and pyproject.toml together,
-then `make protos`; tests/packaging/test_floor.py proves the pair on a fresh venv.
+then `make protos`; tests/install/test_floor.py proves the pair on a fresh venv.
 """
 
 from __future__ import annotations
