@@ -1,6 +1,7 @@
 """The ``orchard`` command line.
 
-    orchard up [--home H] [--port 50051]          run the embedded default stack
+    orchard --version                              print the installed version
+    orchard up [--home H] [--port 50051]          run the embedded default stack (needs [server,rewards])
     orchard create [--image I] [--cpu C] ...       print the new sandbox's id
     orchard exec ID [--timeout S] -- CMD ARGS...   stream output, exit with its code
     orchard cp SRC DST                             ID:/path on either side
@@ -24,6 +25,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from orchard import __version__
 from orchard.client import OrchardError
 
 from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _token_keys, _up
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="orchard", description="Orchard Env: sandboxes for AI agents.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"orchard {__version__}")
     parser.add_argument(
         "--endpoint", help="gateway address (default $ORCHARD_ENDPOINT or the local stack's)"
     )

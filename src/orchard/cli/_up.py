@@ -35,6 +35,7 @@ from orchard.common.layout import NodeLayout, orchard_home
 from orchard.executor.initbin import ensure_init_binary
 from orchard.gateway.proxy_nginx import NginxMissingError, nginx_binary
 
+from . import _extras
 from ._supervision import RestartPolicy
 
 READY_TIMEOUT_SECONDS = 60.0
@@ -250,6 +251,7 @@ def writable_layer(run_dir: Path) -> str:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    _extras.require("orchard up", ("server", "rewards"))
     from orchard.scheduler.backends.local.scratch import WRITABLE_LAYER_FILE
 
     home: Path = (args.home or orchard_home()).resolve()
