@@ -14,13 +14,15 @@ import pytest
 from orchard.scheduler.backends.netpolicy import dns, nftables
 from orchard.scheduler.backends.netpolicy.addresses import veth_name
 from orchard.scheduler.backends.netpolicy.destinations import Refused, parse_host
+from orchard.scheduler.backends.netpolicy.guard import NodeGuard, interface_addresses
 from orchard.scheduler.backends.netpolicy.http_requests import body_length, parse_head
 from orchard.scheduler.backends.netpolicy.policy import (
     NetworkPolicySpec,
     PolicyError,
     build_policy,
+    check_reserved,
 )
-from orchard.scheduler.backends.netpolicy.settings import NetworkSettings
+from orchard.scheduler.backends.netpolicy.settings import EgressLimits, NetworkSettings
 from orchard.scheduler.backends.netpolicy.tls_hello import HelloError, server_name
 
 A = ipaddress.IPv4Address
@@ -223,3 +225,33 @@ def test_nft_scripts_name_only_the_sandbox() -> None:
     base = nftables.base_script(settings)
     assert "10.213.0.0/16" in base and "169.254.0.0/16" in base
     assert len(veth_name("sb-" + "x" * 60)) <= 15
+
+
+def test_the_guard_refuses_the_node_the_subnet_and_the_deny_list() -> None:
+    guard = NodeGuard(NetworkSettings(deny_cidrs=("198.51.100.0/24",)))
+    own = [a for a in interface_addresses() if a.version == 4 and not a.is_loopback]
+    for address in own:  # every interface address of this machine, whatever it is
+        assert isinstance(address, A)
+        assert guard.refusal(address) == "an address of this node"
+    assert "sandbox subnet" in (guard.refusal(A("10.213.0.1")) or "")
+    assert "control-plane" in (guard.refusal(A("198.51.100.7")) or "")
+    assert "metadata" in (guard.refusal(A("169.254.169.254")) or "")
+    assert guard.refusal(A("203.0.113.77")) is None or A("203.0.113.77") in own
+    overlapping = build_policy("allowlist", ["10.0.0.0/8"], [], [])
+    with pytest.raises(PolicyError, match=r"'10.0.0.0/8' overlaps the sandbox subnet"):
+        check_reserved(overlapping, guard.reserved())
+
+
+def test_egress_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCHARD_NET_PROXY_MAX_CONNECTIONS", "12")
+    monkeypatch.setenv("ORCHARD_NET_PROXY_IDLE_SECONDS", "1.5")
+    limits = EgressLimits.from_env()
+    assert (limits.max_connections, limits.idle_seconds) == (12, 1.5)
+    for bad in ("0", "-3", "lots"):
+        monkeypatch.setenv("ORCHARD_NET_DNS_MAX_PENDING", bad)
+        with pytest.raises(ValueError, match="ORCHARD_NET_DNS_MAX_PENDING"):
+            EgressLimits.from_env()
+    monkeypatch.delenv("ORCHARD_NET_DNS_MAX_PENDING")
+    monkeypatch.setenv("ORCHARD_NET_DENY_CIDRS", "10.96.0.0/12, nonsense")
+    with pytest.raises(ValueError, match="ORCHARD_NET_DENY_CIDRS: 'nonsense'"):
+        NetworkSettings.from_env()
