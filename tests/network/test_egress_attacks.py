@@ -360,6 +360,21 @@ def test_every_request_on_a_kept_alive_connection_is_checked(stack: Stack) -> No
         # Two allowed requests on one connection are both served, each checked.
         answer = send(sb, [first + first])
         assert answer["data"].count("hosts=allowed.test:8080") == 2, answer
+        # A body is copied exactly (sized or chunked, with Expect answered by the proxy),
+        # and what follows it is the next request, checked in turn.
+        body = b"x\r\nHost: in-body\r\n"
+        sized = (
+            b"POST http://allowed.test:8080/ HTTP/1.1\r\nHost: allowed.test:8080\r\n"
+            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        chunked = (
+            b"POST http://allowed.test:8080/ HTTP/1.1\r\nHost: allowed.test:8080\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        )
+        for post in (sized, chunked):
+            answer = send(sb, [post + first + get_head("evil.test:8080")])
+            assert "hosts=allowed.test:8080,in-body" in answer["data"], answer
+            assert "hosts=allowed.test:8080HTTP/1.1 403 " in answer["data"], answer
         # Request bodies are framed, not guessed: both lengths at once is smuggling.
         both = (
             b"POST http://allowed.test:8080/ HTTP/1.1\r\nHost: allowed.test:8080\r\n"

@@ -17,8 +17,17 @@ from dataclasses import dataclass
 
 from .destinations import Refused
 
+# Not forwarded: hop-by-hop, and Expect (the proxy answers 100-continue itself).
 HOP_BY_HOP = frozenset(
-    ("connection", "proxy-connection", "proxy-authorization", "keep-alive", "te", "upgrade")
+    (
+        "connection",
+        "proxy-connection",
+        "proxy-authorization",
+        "keep-alive",
+        "te",
+        "upgrade",
+        "expect",
+    )
 )
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 MAX_CHUNK_LINE = 1024

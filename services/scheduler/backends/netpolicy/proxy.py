@@ -256,6 +256,9 @@ class EgressProxy:
         upstream_r, upstream_w = await _open(address, port, self.limits.connect_seconds)
         try:
             upstream_w.write(forwarded_head(request, "/" + path))
+            if any(v.lower() == "100-continue" for v in request.header("expect")):
+                # Answered here (Expect is not forwarded): the body is read before the response.
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             await copy_body(request, reader, upstream_w, idle)
             response = await asyncio.wait_for(upstream_r.readuntil(b"\r\n\r\n"), idle)
             writer.write(response)
@@ -274,8 +277,8 @@ def _self_delimited(response: bytes, method: str) -> bool:
     status = lines[0].split(" ")
     if len(status) < 2 or status[0] != "HTTP/1.1":
         return False
-    if method == "HEAD" or status[1] in ("204", "304") or status[1].startswith("1"):
-        return True
+    if method == "HEAD" or status[1] in ("204", "304"):
+        return True  # (after a 1xx the final response's framing is unknown: close)
     names = {line.split(":", 1)[0].strip().lower() for line in lines[1:] if ":" in line}
     return "content-length" in names or "transfer-encoding" in names
 
