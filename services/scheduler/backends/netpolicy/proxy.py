@@ -60,6 +60,8 @@ class _Client:
     policy: NetworkPolicySpec
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     dns_pending: int = 0
+    at_cap: bool = False
+    """Logged once each time the sandbox reaches its cap, not once per refusal."""
 
 
 class EgressProxy:
@@ -153,7 +155,9 @@ class EgressProxy:
             return
         cap = self.limits.max_connections
         if len(client.tasks) >= cap:
-            log.warning("proxy connection cap reached", sandbox=peer[0], cap=cap)
+            if not client.at_cap:
+                log.warning("proxy connection cap reached", sandbox=peer[0], cap=cap)
+                client.at_cap = True
             await _refuse(
                 writer,
                 Refused(
@@ -175,6 +179,7 @@ class EgressProxy:
             pass
         finally:
             client.tasks.discard(task)  # type: ignore[arg-type]
+            client.at_cap = client.at_cap and len(client.tasks) >= cap // 2
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
