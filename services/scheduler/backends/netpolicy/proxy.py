@@ -35,7 +35,7 @@ import structlog
 from . import dns
 from .destinations import Destinations, Refused, same_authority, split_authority
 from .guard import NodeGuard
-from .http_requests import RequestHead, copy_body, forwarded_head, parse_head
+from .http_requests import RequestHead, body_length, copy_body, forwarded_head, parse_head
 from .policy import NetworkPolicySpec
 from .settings import EgressLimits
 from .tls_hello import HelloError, read_client_hello
@@ -256,6 +256,7 @@ class EgressProxy:
         host_header = request.host
         if host_header is None or not same_authority(host_header, host, port):
             raise Refused(403, "Host header does not match the request's URL")
+        body_length(request)  # an ambiguous framing is refused before anything is sent
         address = await self.destination(policy, host, port)
         idle = self.limits.idle_seconds
         upstream_r, upstream_w = await _open(address, port, self.limits.connect_seconds)
