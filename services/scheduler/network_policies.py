@@ -16,6 +16,7 @@ from pathlib import Path
 from orchard._proto.orchard.v1 import common_pb2
 from orchard.common.errors import invalid
 
+from .backends.netpolicy.guard import NodeGuard
 from .backends.netpolicy.policy import (
     MODE_ALLOWLIST,
     MODE_INTERNET,
@@ -23,7 +24,9 @@ from .backends.netpolicy.policy import (
     NetworkPolicySpec,
     PolicyError,
     build_policy,
+    check_reserved,
 )
+from .backends.netpolicy.settings import NetworkSettings
 
 _Mode = common_pb2.NetworkPolicy.Mode
 _TO_NAME = {
@@ -35,15 +38,29 @@ _TO_NAME = {
 _TO_MODE = {MODE_NONE: _Mode.NONE, MODE_ALLOWLIST: _Mode.ALLOWLIST, MODE_INTERNET: _Mode.INTERNET}
 
 
+_guard: NodeGuard | None = None
+
+
+def node_guard() -> NodeGuard:
+    """The node's guard, from the same environment the backend reads its settings from."""
+    global _guard
+    if _guard is None:
+        _guard = NodeGuard(NetworkSettings.from_env())
+    return _guard
+
+
 def policy_from_proto(msg: common_pb2.NetworkPolicy) -> NetworkPolicySpec:
-    """The checked policy, or INVALID_ARGUMENT (INVALID_FIELD) naming the bad field."""
+    """The checked policy, or INVALID_ARGUMENT (INVALID_FIELD) naming the bad field
+    (a CIDR overlapping the node, the sandbox subnet or the control plane included)."""
     name = _TO_NAME.get(msg.mode)
     if name is None:
         raise invalid(f"network.mode: unknown value {msg.mode}")
     try:
-        return build_policy(name, list(msg.cidrs), list(msg.ports), list(msg.domains))
+        policy = build_policy(name, list(msg.cidrs), list(msg.ports), list(msg.domains))
+        check_reserved(policy, node_guard().reserved())
     except PolicyError as err:
         raise invalid(str(err)) from None
+    return policy
 
 
 def policy_to_proto(policy: NetworkPolicySpec) -> common_pb2.NetworkPolicy:

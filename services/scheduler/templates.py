@@ -44,8 +44,9 @@ from .backends.netpolicy.policy import (
     NetworkPolicySpec,
     PolicyError,
     build_policy,
+    check_reserved,
 )
-from .network_policies import mode_number, policy_to_proto
+from .network_policies import mode_number, node_guard, policy_to_proto
 from .settings import CreateLimits
 from .validation import validate_env
 
@@ -194,7 +195,9 @@ def _network(name: str, raw: dict[str, Any]) -> NetworkPolicySpec:
             f"template {name!r}: cidrs and domains are lists of strings, ports of integers"
         )
     try:
-        return build_policy(str(mode), lists["cidrs"], lists["ports"], lists["domains"])
+        policy = build_policy(str(mode), lists["cidrs"], lists["ports"], lists["domains"])
+        check_reserved(policy, node_guard().reserved())
+        return policy
     except PolicyError as exc:
         raise TemplateConfigError(f"template {name!r}: {exc}") from None
 

@@ -22,8 +22,9 @@ from orchard.scheduler.backends.netpolicy.settings import NetworkSettings
 from orchard import NetworkPolicy, Orchard, Sandbox
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
+from .in_sandbox import FETCH, RESOLVE, py
 from .leftovers import network_leftovers
-from .testnet import FakeInternet, fake_internet
+from .testnet import FakeInternet, stack_on
 
 pytestmark = [*REQUIRES_STACK, pytest.mark.skipif(
     not os.path.exists("/usr/sbin/nft"), reason="needs nftables")]  # fmt: skip
@@ -44,22 +45,6 @@ try:
     print("ok", data.decode(errors="replace").splitlines()[-1] if data else "")
 except OSError as e:
     print("err", errno.errorcode.get(e.errno, str(e)) if e.errno else type(e).__name__)
-"""
-FETCH = """
-import sys, urllib.request, urllib.error
-try:
-    print("ok", urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())
-except urllib.error.HTTPError as e:
-    print("http", e.code, e.read().decode().strip())
-except OSError as e:
-    print("err", e)
-"""
-RESOLVE = """
-import socket, sys
-try:
-    print("ok", socket.gethostbyname(sys.argv[1]))
-except OSError as e:
-    print("err", type(e).__name__)
 """
 # A CONNECT through the proxy, then a TLS ClientHello carrying the given SNI.
 TUNNEL = r"""
@@ -90,30 +75,10 @@ print(s.recv(4096).decode().splitlines()[0])
 """.replace("GATEWAY", GATEWAY)
 
 
-def py(sb: Sandbox, code: str, *args: str) -> str:
-    result = sb.exec(["python3", "-c", code, *args], timeout=30)
-    assert result.exit_code == 0, result.stderr_text
-    return result.stdout_text.strip()
-
-
-@pytest.fixture(scope="module")
-def internet() -> Iterator[FakeInternet]:
-    with fake_internet() as net:
-        yield net
-
-
 @pytest.fixture(scope="module")
 def stack(internet: FakeInternet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    saved = os.environ.get("ORCHARD_NET_DNS_UPSTREAM")
-    os.environ["ORCHARD_NET_DNS_UPSTREAM"] = internet.dns
-    try:
-        with running_stack(tmp_path_factory.mktemp("net-home")) as stack:
-            yield stack
-    finally:
-        if saved is None:
-            os.environ.pop("ORCHARD_NET_DNS_UPSTREAM", None)
-        else:
-            os.environ["ORCHARD_NET_DNS_UPSTREAM"] = saved
+    with stack_on(internet, tmp_path_factory.mktemp("net-home")) as stack:
+        yield stack
 
 
 def create(stack: Stack, network: str | NetworkPolicy | None = None) -> Sandbox:
@@ -227,7 +192,7 @@ def test_sandboxes_cannot_reach_each_other(stack: Stack) -> None:
 
 
 def test_delete_removes_veth_rules_and_lease(stack: Stack) -> None:
-    sb = create(stack, NetworkPolicy.allowlist(cidrs=["203.0.113.0/24"], domains=["allowed.test"]))
+    sb = create(stack, NetworkPolicy.allowlist(cidrs=["203.0.113.8/29"], domains=["allowed.test"]))
     assert len(network_leftovers(sb.id)) >= 3  # the probe sees the live sandbox's network
     sb.delete()
     # The delete answers once the sandbox is DELETING; the teardown follows in the background.

@@ -1,4 +1,5 @@
-"""The pure parts of network policy: validation, matching, DNS and SNI parsing, nft scripts.
+"""The pure parts of network policy: validation, matching, DNS, SNI, host and request
+parsing, nft scripts.
 
 No root, no namespaces: these run everywhere and pin the rules the runc tests rely on.
 """
@@ -12,13 +13,17 @@ import struct
 import pytest
 from orchard.scheduler.backends.netpolicy import dns, nftables
 from orchard.scheduler.backends.netpolicy.addresses import veth_name
+from orchard.scheduler.backends.netpolicy.destinations import Refused, parse_host
+from orchard.scheduler.backends.netpolicy.guard import NodeGuard, interface_addresses
+from orchard.scheduler.backends.netpolicy.http_requests import body_length, parse_head
 from orchard.scheduler.backends.netpolicy.policy import (
     NetworkPolicySpec,
     PolicyError,
     build_policy,
+    check_reserved,
 )
-from orchard.scheduler.backends.netpolicy.proxy import tls_sni
-from orchard.scheduler.backends.netpolicy.settings import NetworkSettings
+from orchard.scheduler.backends.netpolicy.settings import EgressLimits, NetworkSettings
+from orchard.scheduler.backends.netpolicy.tls_hello import HelloError, server_name
 
 A = ipaddress.IPv4Address
 
@@ -139,12 +144,70 @@ def client_hello(sni: bytes) -> bytes:
 
 
 def test_sni_is_read_from_a_client_hello() -> None:
-    assert tls_sni(client_hello(b"allowed.test")) == "allowed.test"
-    assert tls_sni(b"GET / HTTP/1.1\r\n\r\n") is None
-    assert tls_sni(client_hello(b"x")[:20]) is None  # truncated: no name, no crash
-    for _ in range(200):  # noise that looks like a handshake record never raises
-        result = tls_sni(b"\x16\x03\x01\x01\x00\x01" + os.urandom(250))
+    assert server_name(client_hello(b"allowed.test")[9:]) == "allowed.test"
+    with pytest.raises(HelloError):
+        server_name(client_hello(b"x")[9:20])  # truncated: refused, no crash
+    for _ in range(200):  # noise refuses or reads, never raises anything else
+        try:
+            result = server_name(os.urandom(250))
+        except HelloError:
+            continue
         assert result is None or isinstance(result, str)
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0", "1.2.3.4.", "a.0x1f", "a b", "*.x"],
+)
+def test_odd_ip_spellings_and_non_names_are_refused(host: str) -> None:
+    with pytest.raises(Refused) as refused:
+        parse_host(host)
+    assert refused.value.status == 400
+
+
+def test_hosts_are_canonical_addresses_or_names() -> None:
+    assert parse_host("203.0.113.1") == A("203.0.113.1")
+    assert parse_host("Allowed.Test.") == "allowed.test"
+    assert parse_host("1a.example") == "1a.example"
+    for v6 in ("[::1]", "[::ffff:127.0.0.1]", "::1"):
+        with pytest.raises(Refused, match="IPv4 only"):
+            parse_host(v6)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET http://a/ HTTP/1.1\r\nHost : a\r\n\r\n",  # space before the colon
+        b"GET http://a/ HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
+        b"GET http://a/ HTTP/2\r\n\r\n",
+    ],
+)
+def test_ambiguous_heads_are_refused(head: bytes) -> None:
+    with pytest.raises(Refused):
+        parse_head(head)
+
+
+def test_request_bodies_are_framed_or_refused() -> None:
+    def framing(*headers: str) -> int | None:
+        return body_length(
+            parse_head(
+                (
+                    "GET http://a/ HTTP/1.1\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n"
+                ).encode()
+            )
+        )
+
+    assert framing() == 0
+    assert framing("Content-Length: 12") == 12
+    assert framing("Transfer-Encoding: chunked") is None
+    for bad in (
+        ("Content-Length: 1", "Transfer-Encoding: chunked"),
+        ("Content-Length: 1", "Content-Length: 2"),
+        ("Content-Length: -1",),
+        ("Transfer-Encoding: gzip, chunked",),
+    ):
+        with pytest.raises(Refused):
+            framing(*bad)
 
 
 def test_nft_scripts_name_only_the_sandbox() -> None:
@@ -162,3 +225,33 @@ def test_nft_scripts_name_only_the_sandbox() -> None:
     base = nftables.base_script(settings)
     assert "10.213.0.0/16" in base and "169.254.0.0/16" in base
     assert len(veth_name("sb-" + "x" * 60)) <= 15
+
+
+def test_the_guard_refuses_the_node_the_subnet_and_the_deny_list() -> None:
+    guard = NodeGuard(NetworkSettings(deny_cidrs=("198.51.100.0/24",)))
+    own = [a for a in interface_addresses() if a.version == 4 and not a.is_loopback]
+    for address in own:  # every interface address of this machine, whatever it is
+        assert isinstance(address, A)
+        assert guard.refusal(address) == "an address of this node"
+    assert "sandbox subnet" in (guard.refusal(A("10.213.0.1")) or "")
+    assert "control-plane" in (guard.refusal(A("198.51.100.7")) or "")
+    assert "metadata" in (guard.refusal(A("169.254.169.254")) or "")
+    assert guard.refusal(A("203.0.113.77")) is None or A("203.0.113.77") in own
+    overlapping = build_policy("allowlist", ["10.0.0.0/8"], [], [])
+    with pytest.raises(PolicyError, match=r"'10.0.0.0/8' overlaps the sandbox subnet"):
+        check_reserved(overlapping, guard.reserved())
+
+
+def test_egress_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCHARD_NET_PROXY_MAX_CONNECTIONS", "12")
+    monkeypatch.setenv("ORCHARD_NET_PROXY_IDLE_SECONDS", "1.5")
+    limits = EgressLimits.from_env()
+    assert (limits.max_connections, limits.idle_seconds) == (12, 1.5)
+    for bad in ("0", "-3", "lots"):
+        monkeypatch.setenv("ORCHARD_NET_DNS_MAX_PENDING", bad)
+        with pytest.raises(ValueError, match="ORCHARD_NET_DNS_MAX_PENDING"):
+            EgressLimits.from_env()
+    monkeypatch.delenv("ORCHARD_NET_DNS_MAX_PENDING")
+    monkeypatch.setenv("ORCHARD_NET_DENY_CIDRS", "10.96.0.0/12, nonsense")
+    with pytest.raises(ValueError, match="ORCHARD_NET_DENY_CIDRS: 'nonsense'"):
+        NetworkSettings.from_env()

@@ -7,7 +7,8 @@ creates itself, routed from the host over its own veth, with test hosts in it.
     203.0.113.30  other.test
 
 ``rebind.test`` resolves to 10.99.0.5 (a private address behind an allowed
-name: the proxy must refuse it). Before anything is used the fixture checks
+name: the proxy must refuse it), ``node.test`` to 203.0.113.1 (this host's
+own end of the veth: a public address of the node behind a name). Before anything is used the fixture checks
 that the host routes 203.0.113.0/24 into this namespace, so no test packet
 can leave the machine.
 """
@@ -23,12 +24,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.stack import Stack, running_stack
+
 HOSTS = {
     "allowed.test": "203.0.113.10",
     "evil.test": "203.0.113.20",
     "other.test": "203.0.113.30",
     "rebind.test": "10.99.0.5",
+    "node.test": "203.0.113.1",
 }
+HOST_END = "203.0.113.1"
 DNS = "203.0.113.10"
 
 
@@ -82,3 +87,23 @@ def fake_internet() -> Iterator[FakeInternet]:
                 server.stdout.close()
         subprocess.run(["ip", "link", "del", host_link], capture_output=True, check=False)
         subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+
+
+@contextmanager
+def stack_on(
+    internet: FakeInternet, home: Path, env: dict[str, str] | None = None
+) -> Iterator[Stack]:
+    """``orchard up`` in ``home`` whose egress resolves through ``internet``'s DNS,
+    started with ``env`` on top (the variables are put back afterwards)."""
+    wanted = {"ORCHARD_NET_DNS_UPSTREAM": internet.dns, **(env or {})}
+    saved = {key: os.environ.get(key) for key in wanted}
+    os.environ.update(wanted)
+    try:
+        with running_stack(home) as stack:
+            yield stack
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,11 +1,14 @@
 """Just enough DNS (RFC 1035) for the forwarder and the proxy's own lookups.
 
 ``parse_query`` reads the one question a stub resolver asks; ``answer``
-builds the reply (A records, NXDOMAIN or an empty NOERROR); ``Resolver``
-asks the upstream server for A records over UDP, follows nothing itself (a
-recursive upstream returns the CNAME chain with the addresses) and caches
-answers for their TTL (at most five minutes). Hostile input raises
-``DnsError``; the caller drops the packet.
+builds the reply (A records, NXDOMAIN, REFUSED or an empty NOERROR);
+``Resolver`` asks the upstream server for A records over UDP, follows
+nothing itself (a recursive upstream returns the CNAME chain with the
+addresses) and caches answers for their TTL (at most five minutes). Each
+upstream query has its own socket (a random source port, so a forged answer
+must guess it as well as the query id), and at most ``max_upstream`` are
+open at once, node-wide; concurrent queries for one name share one upstream
+query. Hostile input raises ``DnsError``; the caller drops the packet.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ TYPE_A = 1
 CLASS_IN = 1
 RCODE_NXDOMAIN = 3
 RCODE_SERVFAIL = 2
+RCODE_REFUSED = 5
 MAX_CACHE_SECONDS = 300
 MAX_CACHE_ENTRIES = 4096
 
@@ -158,30 +162,53 @@ class _OneShot(asyncio.DatagramProtocol):
 class Resolver:
     """A records from one upstream server, cached for their TTL."""
 
-    def __init__(self, upstream: tuple[str, int], timeout: float = 2.0) -> None:
+    def __init__(
+        self, upstream: tuple[str, int], timeout: float = 2.0, max_upstream: int = 128
+    ) -> None:
         self.upstream = upstream
         self.timeout = timeout
+        self._slots = asyncio.Semaphore(max_upstream)
         self._cache: dict[str, tuple[float, list[ipaddress.IPv4Address]]] = {}
+        self._asking: dict[str, asyncio.Future[list[ipaddress.IPv4Address]]] = {}
 
     async def resolve(self, name: str) -> list[ipaddress.IPv4Address]:
         """The name's IPv4 addresses; [] when it has none or the upstream fails."""
-        now = time.monotonic()
         cached = self._cache.get(name)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > time.monotonic():
             return cached[1]
+        asking = self._asking.get(name)
+        if asking is not None:
+            return await asyncio.shield(asking)
+        future: asyncio.Future[list[ipaddress.IPv4Address]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._asking[name] = future
+        try:
+            found = await self._ask(name)
+        except BaseException:
+            future.set_result([])  # whoever shares this query sees a failed lookup
+            raise
+        finally:
+            del self._asking[name]
+        future.set_result(found)
+        return found
+
+    async def _ask(self, name: str) -> list[ipaddress.IPv4Address]:
         qid = int.from_bytes(os.urandom(2), "big")
         loop = asyncio.get_running_loop()
-        transport, protocol = await loop.create_datagram_endpoint(
-            _OneShot, remote_addr=self.upstream
-        )
         try:
-            transport.sendto(a_query(qid, name))
-            reply = await asyncio.wait_for(protocol.reply, self.timeout)
-            addresses, ttl, _rcode = parse_a_answer(reply, qid)
+            async with asyncio.timeout(self.timeout), self._slots:
+                transport, protocol = await loop.create_datagram_endpoint(
+                    _OneShot, remote_addr=self.upstream
+                )
+                try:
+                    transport.sendto(a_query(qid, name))
+                    addresses, ttl, _rcode = parse_a_answer(await protocol.reply, qid)
+                finally:
+                    transport.close()
         except (TimeoutError, OSError, DnsError):
             return []
-        finally:
-            transport.close()
+        now = time.monotonic()
         if len(self._cache) >= MAX_CACHE_ENTRIES:
             self._cache.clear()
         self._cache[name] = (now + min(ttl, MAX_CACHE_SECONDS), addresses)

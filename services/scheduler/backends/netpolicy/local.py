@@ -22,6 +22,7 @@ from pathlib import Path
 from . import links, nftables
 from .addresses import AddressLeases, veth_name
 from .dns import Resolver
+from .guard import NodeGuard
 from .policy import MODE_ALLOWLIST, NetworkPolicySpec
 from .proxy import EgressProxy
 from .settings import PROXY_PORT_IN_SANDBOX, NetworkSettings
@@ -104,7 +105,13 @@ class LocalNetwork:
     async def start_proxy(self) -> EgressProxy:
         """This backend's proxy and DNS forwarder on the bridge address (once)."""
         if self.proxy is None:
-            proxy = EgressProxy(str(self.settings.gateway), Resolver(self.settings.upstream()))
+            limits = self.settings.limits
+            resolver = Resolver(
+                self.settings.upstream(), limits.dns_timeout_seconds, limits.dns_max_upstream
+            )
+            proxy = EgressProxy(
+                str(self.settings.gateway), resolver, NodeGuard(self.settings), limits
+            )
             await proxy.start()
             self.proxy = proxy
         return self.proxy

@@ -51,7 +51,9 @@ def table_exists() -> bool:
 def base_script(settings: NetworkSettings) -> str:
     """Both tables with their base chains (run once, under the host lock)."""
     br = settings.bridge
-    never = ", ".join([*(str(n) for n in NEVER_ALLOWED), str(settings.network)])
+    never = ", ".join(
+        [*(str(n) for n in NEVER_ALLOWED), str(settings.network), *settings.deny_cidrs]
+    )
     private = ", ".join(str(n) for n in PRIVATE)
     return f"""
 table bridge {TABLE} {{

@@ -11,6 +11,10 @@ Three modes:
 - ``internet``: any public destination (never private, loopback, link-local,
   multicast or the host's own addresses).
 
+Whatever the mode, nothing of the node is reachable: ``guard.NodeGuard``
+holds the node's addresses, the sandbox subnet and the control plane's
+networks; ``check_reserved`` refuses a policy whose ``cidrs`` overlap them.
+
 Domains: ``example.com`` matches that name only; ``*.example.com`` matches
 every name below it (not the apex). IPv4 only: IPv6 is not routed to sandboxes.
 """
@@ -32,13 +36,16 @@ MAX_PORTS = 64
 MAX_DOMAINS = 64
 
 # Networks no policy may open: nothing useful is there, and some are dangerous
-# (169.254.169.254 is the cloud metadata service on most clouds).
+# (169.254.169.254 is the cloud metadata service on most clouds, 192.0.0.192
+# Oracle Cloud's, 100.100.100.200 Alibaba Cloud's).
 NEVER_ALLOWED = tuple(
     ipaddress.IPv4Network(n)
     for n in (
         "0.0.0.0/8",
         "127.0.0.0/8",
         "169.254.0.0/16",
+        "192.0.0.0/24",
+        "100.100.100.200/32",
         "224.0.0.0/4",
         "240.0.0.0/4",
     )
@@ -171,10 +178,22 @@ def _cidr(value: str) -> str:
     for never in NEVER_ALLOWED:
         if net.overlaps(never):
             raise PolicyError(
-                f"network.cidrs: {value!r} overlaps {never} (loopback, link-local, multicast "
-                "or reserved), which no policy may open"
+                f"network.cidrs: {value!r} overlaps {never} (loopback, link-local, metadata, "
+                "multicast or reserved), which no policy may open"
             )
     return str(net)
+
+
+def check_reserved(
+    policy: NetworkPolicySpec, reserved: list[tuple[ipaddress.IPv4Network, str]]
+) -> None:
+    """:class:`PolicyError` when a CIDR overlaps a reserved network (``what`` names it)."""
+    for cidr, net in zip(policy.cidrs, policy.networks, strict=True):
+        for network, what in reserved:
+            if net.overlaps(network):
+                raise PolicyError(
+                    f"network.cidrs: {cidr!r} overlaps {what}, which no policy may open"
+                )
 
 
 def _port(value: int) -> int:

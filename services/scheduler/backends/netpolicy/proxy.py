@@ -5,12 +5,21 @@ The sandbox is known by its source address on the bridge (spoofing is dropped
 at layer 2, see ``nftables``). The proxy never trusts what the client says
 the destination *is*: it takes the name from the request line, checks it
 against the sandbox's policy, resolves it **itself** and connects to an
-address that the policy also allows (no private or host addresses behind an
-allowed name: DNS rebinding gets nowhere). A ``Host`` header that names
-another host than the request line is refused, and so is a TLS ClientHello
-in a CONNECT tunnel whose SNI names another host than the CONNECT target.
-The DNS forwarder answers allowed names only (NXDOMAIN otherwise) with the
-addresses the proxy itself would use; IPv4 only.
+address that ``NodeGuard`` and the policy both allow, checked after
+resolution (no node address, sandbox or control plane behind an allowed name
+or an odd spelling: ``destinations``). A ``Host`` header that names another
+host than the request line is refused. Every request on a kept-alive
+connection is read, checked and forwarded on its own (``http_requests``), on
+its own upstream connection. A CONNECT tunnel must start with a TLS
+ClientHello, reassembled however fragmented (``tls_hello``), whose SNI names
+the CONNECT target; otherwise it closes before a byte reaches the server.
+
+Per sandbox: at most ``EgressLimits.max_connections`` open connections (the
+next is answered 429), idle tunnels and connections closed after
+``idle_seconds``, heads and ClientHellos bounded in size and time; DNS
+queries waiting for the upstream bounded per sandbox (REFUSED past it) and
+node-wide (``dns.Resolver``). The DNS forwarder answers allowed names only
+(NXDOMAIN otherwise) with the addresses the proxy itself would use; IPv4 only.
 """
 
 from __future__ import annotations
@@ -18,45 +27,59 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
 import structlog
 
 from . import dns
+from .destinations import Destinations, Refused, same_authority, split_authority
+from .guard import NodeGuard
+from .http_requests import RequestHead, body_length, copy_body, forwarded_head, parse_head
 from .policy import NetworkPolicySpec
+from .settings import EgressLimits
+from .tls_hello import HelloError, read_client_hello
 
 log = structlog.get_logger("orchard.netpolicy.proxy")
 
-MAX_HEAD_BYTES = 16 * 1024
-HEAD_TIMEOUT = 10.0
-CONNECT_TIMEOUT = 10.0
 RELAY_CHUNK = 64 * 1024
+MAX_RESPONSE_HEAD_BYTES = 64 * 1024
+_REASONS = {
+    400: "Bad Request",
+    403: "Forbidden",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+}
 
-
-class Refused(Exception):
-    def __init__(self, status: int, why: str) -> None:
-        super().__init__(why)
-        self.status = status
-        self.why = why
+__all__ = ["EgressProxy", "Refused"]
 
 
 @dataclass
 class _Client:
     policy: NetworkPolicySpec
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    dns_pending: int = 0
+    at_cap: bool = False
+    """Logged once each time the sandbox reaches its cap, not once per refusal."""
 
 
 class EgressProxy:
     """One per backend process; ``set_policy``/``forget`` as sandboxes come and go."""
 
     def __init__(
-        self, bind: str, resolver: dns.Resolver, proxy_port: int = 0, dns_port: int = 0
+        self,
+        bind: str,
+        resolver: dns.Resolver,
+        guard: NodeGuard,
+        limits: EgressLimits,
+        proxy_port: int = 0,
+        dns_port: int = 0,
     ) -> None:
         self.bind = bind
         self.resolver = resolver
+        self.limits = limits
+        self.destinations = Destinations(guard, resolver)
         self._clients: dict[ipaddress.IPv4Address, _Client] = {}
         self._server: asyncio.Server | None = None
         self._dns: asyncio.DatagramTransport | None = None
@@ -67,7 +90,9 @@ class EgressProxy:
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve_http, self.bind, self.proxy_port)
+        self._server = await asyncio.start_server(
+            self._serve_http, self.bind, self.proxy_port, limit=self.limits.max_head_bytes
+        )
         self.proxy_port = self._server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(
@@ -100,153 +125,186 @@ class EgressProxy:
             for task in old.tasks:
                 task.cancel()
 
-    def policy_of(self, host: str) -> NetworkPolicySpec | None:
+    def client_of(self, host: str) -> _Client | None:
         with contextlib.suppress(ValueError):
-            client = self._clients.get(ipaddress.IPv4Address(host))
-            return None if client is None else client.policy
+            return self._clients.get(ipaddress.IPv4Address(host))
         return None
+
+    def policy_of(self, host: str) -> NetworkPolicySpec | None:
+        client = self.client_of(host)
+        return None if client is None else client.policy
 
     @property
     def clients(self) -> int:
         return len(self._clients)
 
-    # -- destination checks --------------------------------------------------
-
     async def destination(
         self, policy: NetworkPolicySpec, host: str, port: int
     ) -> ipaddress.IPv4Address:
         """The address to connect to for ``host:port``, or :class:`Refused`."""
-        if not policy.allows_port(port):
-            raise Refused(403, f"port {port} is not allowed for this sandbox")
-        try:
-            literal = ipaddress.ip_address(host.strip("[]"))
-        except ValueError:
-            literal = None
-        if literal is not None:
-            if isinstance(literal, ipaddress.IPv4Address) and policy.allows_address(
-                literal, listed_only=True
-            ):
-                return literal
-            raise Refused(403, f"{host} is not allowed for this sandbox")
-        name = host.lower().rstrip(".")
-        if not policy.allows_name(name):
-            raise Refused(403, f"{name} is not in this sandbox's allowlist")
-        for address in await self.resolver.resolve(name):
-            if policy.allows_address(address, listed_only=False):
-                return address
-        raise Refused(502, f"{name} has no address this sandbox may reach")
+        return await self.destinations.resolve(policy, host, port)
 
     # -- HTTP proxy ------------------------------------------------------------
 
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        client = self._clients.get(ipaddress.IPv4Address(peer[0])) if peer else None
+        client = self.client_of(peer[0]) if peer else None
         task = asyncio.current_task()
         if client is None or task is None:
             writer.close()
             return
+        cap = self.limits.max_connections
+        if len(client.tasks) >= cap:
+            if not client.at_cap:
+                log.warning("proxy connection cap reached", sandbox=peer[0], cap=cap)
+                client.at_cap = True
+            await _refuse(
+                writer,
+                Refused(
+                    429,
+                    f"this sandbox has {cap} open proxy connections, the most it may have; "
+                    "close some and retry",
+                ),
+            )
+            writer.close()
+            return
         client.tasks.add(task)  # type: ignore[arg-type]
         try:
-            await self._handle(client.policy, reader, writer)
+            await self._serve_requests(client, reader, writer)
         except Refused as refused:
             await _refuse(writer, refused)
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+        except asyncio.LimitOverrunError:
+            await _refuse(writer, Refused(431, "request head too large"))
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError):
             pass
         finally:
             client.tasks.discard(task)  # type: ignore[arg-type]
+            client.at_cap = client.at_cap and len(client.tasks) >= cap // 2
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _handle(
-        self, policy: NetworkPolicySpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    async def _serve_requests(
+        self, client: _Client, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-        if len(head) > MAX_HEAD_BYTES:
-            raise Refused(431, "request head too large")
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            raise Refused(400, "malformed request line")
-        method, target, version = parts
-        headers = [line.split(":", 1) for line in lines[1:] if ":" in line]
-        host_header = next((v.strip() for k, v in headers if k.strip().lower() == "host"), None)
-        if method == "CONNECT":
-            host, port = _split_authority(target, default_port=None)
-            if host_header is not None and not _same_authority(host_header, host, port):
-                raise Refused(403, "Host header does not match the CONNECT target")
-            address = await self.destination(policy, host, port)
-            upstream_r, upstream_w = await _open(address, port)
+        """Each request on the connection in turn, each checked on its own."""
+        wait = self.limits.head_seconds
+        while True:
+            try:
+                first = await asyncio.wait_for(reader.readexactly(1), wait)
+            except asyncio.IncompleteReadError:
+                return  # the client closed between requests
+            head = first + await asyncio.wait_for(
+                reader.readuntil(b"\r\n\r\n"), self.limits.head_seconds
+            )
+            if len(head) > self.limits.max_head_bytes:
+                raise Refused(431, "request head too large")
+            request = parse_head(head)
+            if request.method == "CONNECT":
+                await self._tunnel(client.policy, request, reader, writer)
+                return
+            if not await self._forward(client.policy, request, reader, writer):
+                return
+            if request.wants_close:
+                return
+            wait = self.limits.idle_seconds
+
+    async def _tunnel(
+        self,
+        policy: NetworkPolicySpec,
+        request: RequestHead,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        host, port = split_authority(request.target, default_port=None)
+        host_header = request.host
+        if host_header is not None and not same_authority(host_header, host, port):
+            raise Refused(403, "Host header does not match the CONNECT target")
+        address = await self.destination(policy, host, port)
+        upstream_r, upstream_w = await _open(address, port, self.limits.connect_seconds)
+        try:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
-
-            def same_server_name(first: bytes) -> bool:
-                sni = tls_sni(first)
-                if sni is None or sni.lower().rstrip(".") == host.lower().rstrip("."):
-                    return True
+            try:
+                hello, sni = await read_client_hello(
+                    reader, self.limits.max_hello_bytes, self.limits.hello_seconds
+                )
+            except HelloError as err:
+                log.warning("tunnel refused", target=host, why=str(err))
+                return
+            if sni is not None and sni.lower().rstrip(".") != host.lower().rstrip("."):
                 log.warning("forged SNI refused", target=host, sni=sni[:100])
-                return False
+                return
+            upstream_w.write(hello)
+            await upstream_w.drain()
+            await _relay(reader, writer, upstream_r, upstream_w, self.limits.idle_seconds)
+        finally:
+            upstream_w.close()
 
-            await _relay(reader, writer, upstream_r, upstream_w, same_server_name)
-            return
-        if not target.lower().startswith("http://"):
+    async def _forward(
+        self,
+        policy: NetworkPolicySpec,
+        request: RequestHead,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        """One absolute-form request and its response; True when the connection may go on."""
+        if not request.target.lower().startswith("http://"):
             raise Refused(400, "only CONNECT and absolute http:// requests are proxied")
-        authority, _, path = target[len("http://") :].partition("/")
-        host, port = _split_authority(authority, default_port=80)
-        if host_header is None or not _same_authority(host_header, host, port):
+        authority, _, path = request.target[len("http://") :].partition("/")
+        host, port = split_authority(authority, default_port=80)
+        host_header = request.host
+        if host_header is None or not same_authority(host_header, host, port):
             raise Refused(403, "Host header does not match the request's URL")
+        body_length(request)  # an ambiguous framing is refused before anything is sent
         address = await self.destination(policy, host, port)
-        upstream_r, upstream_w = await _open(address, port)
-        kept = [
-            f"{k}:{v}"
-            for k, v in headers
-            if k.strip().lower() not in ("connection", "proxy-connection", "proxy-authorization")
-        ]
-        upstream_w.write(
-            (
-                "\r\n".join([f"{method} /{path} {version}", *kept, "Connection: close"])
-                + "\r\n\r\n"
-            ).encode("latin-1")
-        )
-        await _relay(reader, writer, upstream_r, upstream_w)
+        idle = self.limits.idle_seconds
+        upstream_r, upstream_w = await _open(address, port, self.limits.connect_seconds)
+        try:
+            upstream_w.write(forwarded_head(request, "/" + path))
+            if any(v.lower() == "100-continue" for v in request.header("expect")):
+                # Answered here (Expect is not forwarded): the body is read before the response.
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await copy_body(request, reader, upstream_w, idle)
+            response = await asyncio.wait_for(upstream_r.readuntil(b"\r\n\r\n"), idle)
+            writer.write(response)
+            # We asked for Connection: close, so the response ends where the server closes.
+            await _pipe(upstream_r, writer, _Activity(), idle, write_eof=False)
+            return _self_delimited(response, request.method)
+        except asyncio.LimitOverrunError:
+            raise Refused(502, "the response head is too large") from None
+        finally:
+            upstream_w.close()
 
 
-def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
-    host, sep, port_text = authority.rpartition(":")
-    if not sep or "]" in port_text:
-        host, port_text = authority, ""
-    if not port_text:
-        if default_port is None:
-            raise Refused(400, "CONNECT needs host:port")
-        return authority, default_port
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536 or not host:
-        raise Refused(400, f"bad authority {authority[:100]!r}")
-    return host, int(port_text)
-
-
-def _same_authority(header: str, host: str, port: int) -> bool:
-    try:
-        h_host, h_port = _split_authority(header, default_port=port)
-    except Refused:
+def _self_delimited(response: bytes, method: str) -> bool:
+    """Whether the client can find the response's end without our closing the connection."""
+    lines = response.decode("latin-1").split("\r\n")
+    status = lines[0].split(" ")
+    if len(status) < 2 or status[0] != "HTTP/1.1":
         return False
-    return h_host.lower().rstrip(".") == host.lower().rstrip(".") and h_port == port
+    if method == "HEAD" or status[1] in ("204", "304"):
+        return True  # (after a 1xx the final response's framing is unknown: close)
+    names = {line.split(":", 1)[0].strip().lower() for line in lines[1:] if ":" in line}
+    return "content-length" in names or "transfer-encoding" in names
 
 
 async def _open(
-    address: ipaddress.IPv4Address, port: int
+    address: ipaddress.IPv4Address, port: int, seconds: float
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     try:
-        return await asyncio.wait_for(asyncio.open_connection(str(address), port), CONNECT_TIMEOUT)
+        return await asyncio.wait_for(
+            asyncio.open_connection(str(address), port, limit=MAX_RESPONSE_HEAD_BYTES), seconds
+        )
     except (OSError, TimeoutError) as err:
         raise Refused(502, f"cannot connect to {address}:{port}: {err}") from None
 
 
 async def _refuse(writer: asyncio.StreamWriter, refused: Refused) -> None:
     body = f"orchard egress proxy: {refused.why}\n".encode()
-    reason = {400: "Bad Request", 403: "Forbidden", 431: "Too Large", 502: "Bad Gateway"}
     with contextlib.suppress(OSError):
         writer.write(
-            f"HTTP/1.1 {refused.status} {reason.get(refused.status, 'Error')}\r\n"
+            f"HTTP/1.1 {refused.status} {_REASONS.get(refused.status, 'Error')}\r\n"
             f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
             "Connection: close\r\n\r\n".encode()
             + body
@@ -254,25 +312,37 @@ async def _refuse(writer: asyncio.StreamWriter, refused: Refused) -> None:
         await writer.drain()
 
 
+@dataclass
+class _Activity:
+    """When a byte last moved either way: a tunnel is idle only when both directions are."""
+
+    last: float = field(default_factory=lambda: asyncio.get_running_loop().time())
+
+
 async def _pipe(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    first_ok: Callable[[bytes], bool] | None = None,
-) -> bool:
-    """Copy until EOF; False (at once) when ``first_ok`` rejects the first chunk."""
-    try:
-        while data := await reader.read(RELAY_CHUNK):
-            if first_ok is not None:
-                if not first_ok(data):
-                    return False
-                first_ok = None
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except OSError:
-        pass
-    return True
+    activity: _Activity,
+    idle: float,
+    *,
+    write_eof: bool = True,
+) -> None:
+    """Copy until EOF, or until neither direction moved for ``idle`` seconds (TimeoutError)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            data = await asyncio.wait_for(reader.read(RELAY_CHUNK), idle)
+        except TimeoutError:
+            if loop.time() - activity.last >= idle:
+                raise
+            continue
+        if not data:
+            break
+        activity.last = loop.time()
+        writer.write(data)
+        await asyncio.wait_for(writer.drain(), idle)
+    if write_eof and writer.can_write_eof():
+        writer.write_eof()
 
 
 async def _relay(
@@ -280,41 +350,17 @@ async def _relay(
     client_w: asyncio.StreamWriter,
     upstream_r: asyncio.StreamReader,
     upstream_w: asyncio.StreamWriter,
-    first_ok: Callable[[bytes], bool] | None = None,
+    idle: float,
 ) -> None:
-    """Both directions until both end; everything closes as soon as ``first_ok`` refuses."""
-    down = asyncio.ensure_future(_pipe(upstream_r, client_w))
+    """Both directions until both end, or until the tunnel is idle."""
+    activity = _Activity()
+    down = asyncio.ensure_future(_pipe(upstream_r, client_w, activity, idle))
     try:
-        if await _pipe(client_r, upstream_w, first_ok):
-            await down
+        with contextlib.suppress(OSError):
+            await _pipe(client_r, upstream_w, activity, idle)
+        await down
     finally:
         down.cancel()
-        upstream_w.close()
-
-
-def tls_sni(data: bytes) -> str | None:
-    """The server name of a TLS ClientHello at the start of ``data``, if it is one and has it."""
-    try:
-        if len(data) < 5 or data[0] != 0x16 or data[5] != 0x01:
-            return None
-        pos = 5 + 4 + 2 + 32  # record header, handshake header, version, random
-        pos += 1 + data[pos]  # session id
-        (suites,) = struct.unpack("!H", data[pos : pos + 2])
-        pos += 2 + suites
-        pos += 1 + data[pos]  # compression methods
-        (ext_total,) = struct.unpack("!H", data[pos : pos + 2])
-        pos += 2
-        end = min(len(data), pos + ext_total)
-        while pos + 4 <= end:
-            ext_type, ext_len = struct.unpack("!HH", data[pos : pos + 4])
-            pos += 4
-            if ext_type == 0:  # server_name
-                name_len = struct.unpack("!H", data[pos + 3 : pos + 5])[0]
-                return data[pos + 5 : pos + 5 + name_len].decode("ascii", "replace")
-            pos += ext_len
-    except (IndexError, struct.error):
-        return None
-    return None
 
 
 class _DnsForwarder(asyncio.DatagramProtocol):
@@ -327,27 +373,40 @@ class _DnsForwarder(asyncio.DatagramProtocol):
         self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
-        policy = self.proxy.policy_of(str(addr[0]))
-        if policy is None:
+        client = self.proxy.client_of(str(addr[0]))
+        if client is None:
             return
         try:
             query = dns.parse_query(data)
         except dns.DnsError:
             return
-        task = asyncio.ensure_future(self._reply(policy, query, addr))
+        if client.dns_pending >= self.proxy.limits.dns_max_pending:
+            # Told, not dropped: the stub resolver gives up at once instead of retrying.
+            self._send(dns.answer(query, [], rcode=dns.RCODE_REFUSED), addr)
+            return
+        client.dns_pending += 1
+        task = asyncio.ensure_future(self._reply(client, query, addr))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _reply(
-        self, policy: NetworkPolicySpec, query: dns.Query, addr: tuple[str | object, int]
+        self, client: _Client, query: dns.Query, addr: tuple[str | object, int]
     ) -> None:
-        if not policy.allows_name(query.name):
-            reply = dns.answer(query, [], rcode=dns.RCODE_NXDOMAIN)
-        elif query.qtype != dns.TYPE_A:
-            reply = dns.answer(query, [])
-        else:
-            found = await self.proxy.resolver.resolve(query.name)
-            usable = [a for a in found if policy.allows_address(a, listed_only=False)]
-            reply = dns.answer(query, usable, rcode=0 if usable else dns.RCODE_NXDOMAIN)
+        policy = client.policy
+        try:
+            if not policy.allows_name(query.name):
+                reply = dns.answer(query, [], rcode=dns.RCODE_NXDOMAIN)
+            elif query.qtype != dns.TYPE_A:
+                reply = dns.answer(query, [])
+            else:
+                found = await self.proxy.resolver.resolve(query.name)
+                allowed = self.proxy.destinations.allowed
+                usable = [a for a in found if allowed(policy, a)]
+                reply = dns.answer(query, usable, rcode=0 if usable else dns.RCODE_NXDOMAIN)
+        finally:
+            client.dns_pending -= 1
+        self._send(reply, addr)
+
+    def _send(self, reply: bytes, addr: tuple[str | object, int]) -> None:
         if self.transport is not None:
             self.transport.sendto(reply, addr)

@@ -25,6 +25,7 @@ from pathlib import Path
 import structlog
 
 from .dns import Resolver
+from .guard import NodeGuard
 from .k8s import read_proxy_table
 from .policy import NetworkPolicySpec
 from .proxy import EgressProxy
@@ -86,12 +87,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--upstream", default="", help="upstream DNS ip[:port] (default: /etc/resolv.conf)"
     )
     parser.add_argument("--poll-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a network no sandbox may reach through the proxy (the cluster's pod and service "
+        "ranges, the control plane); repeat for more. The proxy's own addresses are always denied.",
+    )
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> None:
-    upstream = NetworkSettings(dns_upstream=args.upstream).upstream()
-    proxy = EgressProxy(args.bind, Resolver(upstream), args.port, args.dns_port)
+    env = NetworkSettings.from_env()
+    settings = NetworkSettings(
+        dns_upstream=args.upstream,
+        deny_cidrs=(*env.deny_cidrs, *args.deny),
+        limits=env.limits,
+    )
+    limits = settings.limits
+    resolver = Resolver(settings.upstream(), limits.dns_timeout_seconds, limits.dns_max_upstream)
+    # No sandbox subnet here: pods are told apart by IP, their ranges come in --deny.
+    guard = NodeGuard(settings, subnet=False)
+    proxy = EgressProxy(args.bind, resolver, guard, limits, args.port, args.dns_port)
     await proxy.start()
     sync = TableSync(proxy, args.table_dir)
     sync.sync_once()

@@ -1,14 +1,82 @@
-"""Settings of the local network: bridge, subnet, where leases live, upstream DNS."""
+"""Settings of the local network: bridge, subnet, where leases live, upstream
+DNS, what no sandbox may reach besides the node, and the egress proxy's and
+DNS forwarder's per-sandbox limits (every one in this file, read from the
+environment once at start; docs/network.md lists them with their defaults)."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 PROXY_PORT_IN_SANDBOX = 3128
 DNS_PORT_IN_SANDBOX = 53
+
+
+@dataclass(frozen=True)
+class EgressLimits:
+    """What one sandbox may hold of the node's egress proxy and DNS forwarder.
+
+    One proxy (in the scheduler on one machine) serves every sandbox of the
+    node, so each bound is per sandbox: one sandbox reaching it is refused
+    with a clear answer while the others are served."""
+
+    max_connections: int = 256
+    """Proxy connections one sandbox may have open at once; the next one is
+    answered ``429`` naming the cap (ORCHARD_NET_PROXY_MAX_CONNECTIONS)."""
+    idle_seconds: float = 300.0
+    """A tunnel or request that moves no byte either way for this long is
+    closed, and so is a kept-alive connection with no next request
+    (ORCHARD_NET_PROXY_IDLE_SECONDS)."""
+    head_seconds: float = 10.0
+    """Time a client has to send a whole request head (ORCHARD_NET_PROXY_HEAD_SECONDS)."""
+    max_head_bytes: int = 16 * 1024
+    """Longest request head; longer ones are answered 431."""
+    hello_seconds: float = 10.0
+    """Time a CONNECT tunnel has to send its whole TLS ClientHello, however
+    fragmented (ORCHARD_NET_TLS_HELLO_SECONDS)."""
+    max_hello_bytes: int = 64 * 1024
+    """Largest ClientHello reassembled (every record of it); larger is refused."""
+    connect_seconds: float = 10.0
+    """Time to connect to the destination."""
+    dns_max_pending: int = 64
+    """DNS queries one sandbox may have waiting for the upstream; the next is
+    answered REFUSED at once (ORCHARD_NET_DNS_MAX_PENDING)."""
+    dns_max_upstream: int = 128
+    """Queries the node's proxy and forwarder may have at the upstream at
+    once. Each has its own UDP socket (a random source port makes forged
+    answers hard to land), so this bounds their sockets
+    (ORCHARD_NET_DNS_MAX_UPSTREAM)."""
+    dns_timeout_seconds: float = 2.0
+    """How long an upstream query (waiting for a socket included) may take."""
+
+    @classmethod
+    def from_env(cls) -> EgressLimits:
+        values: dict[str, float] = {}
+        for name, key in _LIMIT_ENV.items():
+            text = os.environ.get(key)
+            if not text:
+                continue
+            kind = next(f.type for f in fields(cls) if f.name == name)
+            try:
+                value = int(text) if kind == "int" else float(text)
+            except ValueError:
+                raise ValueError(f"{key}={text!r} is not a number") from None
+            if value <= 0:
+                raise ValueError(f"{key}={text!r} must be above 0")
+            values[name] = value
+        return cls(**values)  # type: ignore[arg-type]
+
+
+_LIMIT_ENV = {
+    "max_connections": "ORCHARD_NET_PROXY_MAX_CONNECTIONS",
+    "idle_seconds": "ORCHARD_NET_PROXY_IDLE_SECONDS",
+    "head_seconds": "ORCHARD_NET_PROXY_HEAD_SECONDS",
+    "hello_seconds": "ORCHARD_NET_TLS_HELLO_SECONDS",
+    "dns_max_pending": "ORCHARD_NET_DNS_MAX_PENDING",
+    "dns_max_upstream": "ORCHARD_NET_DNS_MAX_UPSTREAM",
+}
 
 
 @dataclass(frozen=True)
@@ -22,15 +90,30 @@ class NetworkSettings:
     dns_upstream: str = ""
     """``ip`` or ``ip:port`` of the resolver the proxy and DNS forwarder ask;
     empty means the first nameserver in the host's /etc/resolv.conf."""
+    deny_cidrs: tuple[str, ...] = ()
+    """Networks no sandbox may reach besides the node's own addresses (read
+    from its interfaces): the control plane's, when it runs on other machines
+    (ORCHARD_NET_DENY_CIDRS, comma-separated)."""
+    limits: EgressLimits = field(default_factory=EgressLimits)
 
     @classmethod
     def from_env(cls) -> NetworkSettings:
         env = os.environ
+        deny = tuple(
+            c.strip() for c in env.get("ORCHARD_NET_DENY_CIDRS", "").split(",") if c.strip()
+        )
+        for cidr in deny:
+            try:
+                ipaddress.IPv4Network(cidr)
+            except ValueError as err:
+                raise ValueError(f"ORCHARD_NET_DENY_CIDRS: {cidr!r}: {err}") from None
         return cls(
             bridge=env.get("ORCHARD_NET_BRIDGE") or cls.bridge,
             subnet=env.get("ORCHARD_NET_SUBNET") or cls.subnet,
             state_dir=Path(env.get("ORCHARD_NET_STATE_DIR") or cls.state_dir),
             dns_upstream=env.get("ORCHARD_NET_DNS_UPSTREAM") or "",
+            deny_cidrs=deny,
+            limits=EgressLimits.from_env(),
         )
 
     @property
