@@ -32,6 +32,8 @@ from typing import cast
 
 import structlog
 
+from orchard.common.log_throttle import LogThrottle
+
 from . import dns
 from .destinations import Destinations, Refused, same_authority, split_authority
 from .guard import NodeGuard
@@ -230,10 +232,10 @@ class EgressProxy:
                     reader, self.limits.max_hello_bytes, self.limits.hello_seconds
                 )
             except HelloError as err:
-                log.warning("tunnel refused", target=host, why=str(err))
+                _sandbox_line(writer, "tunnel refused", target=host, why=str(err))
                 return
             if sni is not None and sni.lower().rstrip(".") != host.lower().rstrip("."):
-                log.warning("forged SNI refused", target=host, sni=sni[:100])
+                _sandbox_line(writer, "forged SNI refused", target=host, sni=sni[:100])
                 return
             upstream_w.write(hello)
             await upstream_w.drain()
@@ -287,6 +289,19 @@ def _self_delimited(response: bytes, method: str) -> bool:
         return True  # (after a 1xx the final response's framing is unknown: close)
     names = {line.split(":", 1)[0].strip().lower() for line in lines[1:] if ":" in line}
     return "content-length" in names or "transfer-encoding" in names
+
+
+# Lines a sandbox causes at will (every refused tunnel): a few per sandbox and cause a
+# minute, each saying how many were left out, so no sandbox writes the logs at will.
+SANDBOX_LINES = LogThrottle(every_seconds=60.0, burst=3)
+
+
+def _sandbox_line(writer: asyncio.StreamWriter, event: str, **fields: str) -> None:
+    peer = writer.get_extra_info("peername")
+    sandbox = str(peer[0]) if peer else "?"
+    suppressed = SANDBOX_LINES.allow((event, sandbox))
+    if suppressed is not None:
+        log.warning(event, sandbox=sandbox, suppressed=suppressed, **fields)
 
 
 async def _open(
