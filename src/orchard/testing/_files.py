@@ -147,21 +147,36 @@ def within(root: Path, host: Path) -> bool:
 
 
 def _make_dirs(root: Path, parts: tuple[str, ...]) -> Path:
-    """``mkdir -p`` of a sandbox path, each prefix resolved in-root."""
+    """``mkdir -p`` of a sandbox path, each prefix resolved in-root.
+
+    A missing component is made in its resolved parent; a dangling symlink in
+    the way is refused (FILE_EXISTS), never created through, as by the real
+    executor (mkdirat does not follow links).
+    """
     host = root
     for depth in range(1, len(parts) + 1):
-        host = resolve(root, parts[:depth])
+        prefix = parts[:depth]
+        host = resolve(root, prefix)
+        if host.is_dir():
+            continue
+        entry = resolve(root, prefix[:-1]) / prefix[-1]
+        if entry.is_symlink() or host.exists():
+            raise precondition(
+                f"cannot create directory {display(prefix)}: something that is not a directory "
+                "(e.g. a dangling symlink) is in the way",
+                "FILE_EXISTS",
+            )
         try:
-            os.mkdir(host, 0o755)
+            os.mkdir(entry, 0o755)
         except FileExistsError:
-            if not host.is_dir() or host.is_symlink():
+            if not entry.is_dir():
                 raise precondition(
-                    f"cannot create directory {display(parts[:depth])}: something that is not "
-                    "a directory is in the way",
+                    f"cannot create directory {display(prefix)}: something is in the way",
                     "FILE_EXISTS",
                 ) from None
         except OSError as err:
-            raise fs_error(err, display(parts[:depth])) from err
+            raise fs_error(err, display(prefix)) from err
+        host = entry
     return host
 
 
@@ -290,8 +305,24 @@ def _member_parts(name: str, dest: str) -> tuple[str, ...]:
 
 
 def _place_parent(root: Path, dest: tuple[str, ...], parts: tuple[str, ...], name: str) -> Path:
-    """The host directory a member goes in, made if missing; never outside the destination."""
+    """The host directory a member goes in, made if missing.
+
+    Below the destination a symlink is followed only while it stays below it;
+    an absolute one or one leading out is PATH_ESCAPE (the real executor looks
+    members up with openat2 ``RESOLVE_BENEATH`` from the destination).
+    """
     dest_host = resolve(root, dest)
+    here = dest_host
+    for depth, part in enumerate(parts[:-1], 1):
+        entry = here / part
+        if entry.is_symlink():
+            target = os.readlink(entry)
+            resolved = resolve(root, dest + parts[:depth])
+            if target.startswith("/") or not within(dest_host, resolved):
+                raise escape(
+                    f"tar member {name!r} goes through the symlink {display(dest + parts[:depth])} "
+                    f"-> {target!r}, which leaves the upload destination {display(dest)}"
+                )
     parent = _make_dirs(root, dest + parts[:-1])
     if not within(dest_host, parent):
         raise escape(f"tar member {name!r} resolves outside the upload destination {display(dest)}")

@@ -41,7 +41,11 @@ class CommandSpec:
 
 
 class ProcessGroups:
-    """The process groups a sandbox's commands run in (for KillAll and delete)."""
+    """The process groups a sandbox's commands run in (for KillAll and delete).
+
+    A group stays known after its command exits while anything still runs in
+    it (``server &``), so KillAll and delete reach what commands left behind.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -56,10 +60,11 @@ class ProcessGroups:
             self._groups.discard(pgid)
 
     def members(self) -> list[int]:
-        """Pids of live processes in the groups (from /proc)."""
+        """Pids of live processes in the groups (from /proc); empty groups are forgotten."""
         with self._lock:
             groups = set(self._groups)
         pids = []
+        alive: set[int] = set()
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -68,11 +73,16 @@ class ProcessGroups:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if fields[0] != "Z" and int(fields[2]) in groups:
+            pgid = int(fields[2])
+            if fields[0] != "Z" and pgid in groups:
                 pids.append(int(entry))
+                alive.add(pgid)
+        with self._lock:
+            self._groups -= groups - alive
         return pids
 
     def signal_all(self, signum: int) -> int:
+        """Signal every group; returns how many processes were in them."""
         count = len(self.members())
         with self._lock:
             groups = list(self._groups)
@@ -203,7 +213,6 @@ class Command:
             selector.close()
             proc.stdout.close()
             proc.stderr.close()
-            self._groups.discard(proc.pid)
         yield pb.ExecEvent(
             exit=pb.ExecStatus(
                 exit_code=code if code >= 0 else -1,
