@@ -4,8 +4,10 @@ or scripted results that run nothing."""
 from __future__ import annotations
 
 import asyncio
+import queue
 import re
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -192,3 +194,33 @@ def test_scripted_times_and_newest_first(client: Orchard, fake: FakeOrchard) -> 
     with client.sandboxes.create() as sb:
         assert sb.exec("probe").stdout == b"new"
         assert sb.exec("probe").stdout == b"old"
+
+
+def test_interactive_stdin_and_signals_over_the_raw_stream(
+    fake: FakeOrchard, client: Orchard
+) -> None:
+    """Exec is a real bidi stream: stdin is fed while output comes back, then a signal."""
+    with client.sandboxes.create() as sb:
+        token = fake.world.issue_token(sb.id)[0]
+        stub = executor_pb2_grpc.ExecutorServiceStub(
+            fake.transport().channel(fake.executor_endpoint)
+        )
+        outbox: queue.Queue[executor_pb2.ExecRequest | None] = queue.Queue()
+
+        def requests() -> Iterator[executor_pb2.ExecRequest]:
+            while (item := outbox.get()) is not None:
+                yield item
+
+        start = executor_pb2.ExecStart(
+            sandbox_id=sb.id, shell="while read l; do echo got $l; done", stdin=True
+        )
+        outbox.put(executor_pb2.ExecRequest(start=start))
+        call = stub.Exec(requests(), metadata=(("authorization", f"Bearer {token}"),))
+        outbox.put(executor_pb2.ExecRequest(stdin=b"one\n"))
+        assert next(call).stdout == b"got one\n"
+        outbox.put(executor_pb2.ExecRequest(stdin=b"two\n"))
+        assert next(call).stdout == b"got two\n"
+        outbox.put(executor_pb2.ExecRequest(signal=15))
+        last = next(call)
+        assert (last.exit.exit_code, last.exit.signal) == (-1, 15)
+        outbox.put(None)

@@ -13,6 +13,7 @@ the call, as grpc.aio does.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
 from typing import Any
@@ -80,11 +81,17 @@ class _RequestFeed:
 
     def __iter__(self) -> Iterator[bytes]:
         while True:
-            future = asyncio.run_coroutine_threadsafe(self._next(), self._loop)
             try:
-                more, request = future.result()
+                future = asyncio.run_coroutine_threadsafe(self._next(), self._loop)
             except RuntimeError:  # the loop has closed under a still-running servicer
                 return
+            while True:
+                try:
+                    more, request = future.result(timeout=0.5)
+                    break
+                except concurrent.futures.TimeoutError:
+                    if self._loop.is_closed():
+                        return
             if not more:
                 return
             yield self._serialize(request)
@@ -287,6 +294,12 @@ class StreamStreamCall(_StreamResponse, grpc.aio.StreamStreamCall):  # type: ign
 
 
 class _MultiCallable:
+    """One method of one channel; ``call_kind`` is the grpc.aio call it returns.
+    ``credentials``, ``wait_for_ready`` and ``compression`` mean nothing in process."""
+
+    call_kind: type[_AioCall]
+    request_streaming = False
+
     def __init__(
         self,
         channel: AsyncFakeChannel,
@@ -299,59 +312,43 @@ class _MultiCallable:
         self._serialize: Serializer = serialize or (lambda m: m)
         self._deserialize = deserialize
 
-    def _unary(
-        self, kind: type[_AioCall], request: Any, timeout: float | None, metadata: Any
+    def __call__(
+        self, request: Any = None, timeout: float | None = None, metadata: Any = None, **_: Any
     ) -> Any:
         ch = self._channel
-        requests = [self._serialize(request)]
-        return kind(
-            ch.router, ch.address, self._method, requests, self._deserialize, timeout, metadata
-        )
-
-    def _streaming(
-        self, kind: type[_AioCall], source: Any, timeout: float | None, metadata: Any
-    ) -> Any:
-        ch = self._channel
-        feed = _RequestFeed(asyncio.get_running_loop(), self._serialize, source)
-        return kind(
-            ch.router, ch.address, self._method, feed, self._deserialize, timeout, metadata, feed
+        if not self.request_streaming:
+            requests: Iterable[bytes] = [self._serialize(request)]
+            feed = None
+        else:
+            requests = feed = _RequestFeed(asyncio.get_running_loop(), self._serialize, request)
+        return self.call_kind(
+            ch.router,
+            ch.address,
+            self._method,
+            requests,
+            self._deserialize,
+            timeout,
+            metadata,
+            feed,
         )
 
 
 class _UnaryUnary(_MultiCallable, grpc.aio.UnaryUnaryMultiCallable):  # type: ignore[misc,type-arg]
-    def __call__(  # type: ignore[override]
-        self, request: Any, *, timeout: float | None = None, metadata: Any = None, **_: Any
-    ) -> Any:
-        return self._unary(UnaryUnaryCall, request, timeout, metadata)
+    call_kind = UnaryUnaryCall
 
 
 class _UnaryStream(_MultiCallable, grpc.aio.UnaryStreamMultiCallable):  # type: ignore[misc,type-arg]
-    def __call__(  # type: ignore[override]
-        self, request: Any, *, timeout: float | None = None, metadata: Any = None, **_: Any
-    ) -> Any:
-        return self._unary(UnaryStreamCall, request, timeout, metadata)
+    call_kind = UnaryStreamCall
 
 
 class _StreamUnary(_MultiCallable, grpc.aio.StreamUnaryMultiCallable):  # type: ignore[misc,type-arg]
-    def __call__(  # type: ignore[override]
-        self,
-        request_iterator: Any = None,
-        timeout: float | None = None,
-        metadata: Any = None,
-        **_: Any,
-    ) -> Any:
-        return self._streaming(StreamUnaryCall, request_iterator, timeout, metadata)
+    call_kind = StreamUnaryCall
+    request_streaming = True
 
 
 class _StreamStream(_MultiCallable, grpc.aio.StreamStreamMultiCallable):  # type: ignore[misc,type-arg]
-    def __call__(  # type: ignore[override]
-        self,
-        request_iterator: Any = None,
-        timeout: float | None = None,
-        metadata: Any = None,
-        **_: Any,
-    ) -> Any:
-        return self._streaming(StreamStreamCall, request_iterator, timeout, metadata)
+    call_kind = StreamStreamCall
+    request_streaming = True
 
 
 class AsyncFakeChannel(grpc.aio.Channel):  # type: ignore[misc]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -248,6 +248,11 @@ class _Call(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc,type-ar
 
 
 class _MultiCallable:
+    """One method of one channel. ``credentials``, ``wait_for_ready`` and
+    ``compression`` are accepted as grpcio accepts them and mean nothing in process."""
+
+    request_streaming = False
+
     def __init__(
         self,
         channel: FakeChannel,
@@ -261,123 +266,62 @@ class _MultiCallable:
         self._deserialize = deserialize
 
     def _start(
-        self, requests: Iterator[bytes], timeout: float | None, metadata: Any, streaming: bool
+        self, request: Any, timeout: float | None, metadata: Any, streaming: bool
     ) -> _Call | FakeRpcError:
+        if self.request_streaming:
+            # A request stream is serialized as the servicer consumes it.
+            requests: Iterator[bytes] = (self._serialize(r) for r in request)
+        else:
+            # A unary request is serialized here in the caller's thread, as grpcio does.
+            requests = iter([self._serialize(request)])
         handler = self._channel.router.handler(self._channel.address, self._method)
         if isinstance(handler, Status):
             return _failed(handler)
         run = RpcRun(self._method, handler, requests, as_metadata(metadata), timeout)
         return _Call(run, self._deserialize, streaming)
 
-    def _one(self, request: Any) -> Iterator[bytes]:
-        """A unary request, serialized here in the caller's thread as grpcio does."""
-        return iter([self._serialize(request)])
 
-    def _many(self, requests: Iterable[Any]) -> Iterator[bytes]:
-        """A request stream, serialized as the servicer consumes it."""
-        return (self._serialize(r) for r in requests)
-
-
-class _UnaryUnary(_MultiCallable, grpc.UnaryUnaryMultiCallable):  # type: ignore[misc,type-arg]
+class _UnaryResponse(_MultiCallable):
     def __call__(
-        self,
-        request: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
+        self, request: Any, timeout: float | None = None, metadata: Any = None, *_: Any, **__: Any
     ) -> Any:
         return self.with_call(request, timeout, metadata)[0]
 
     def with_call(
-        self,
-        request: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
+        self, request: Any, timeout: float | None = None, metadata: Any = None, *_: Any, **__: Any
     ) -> tuple[Any, grpc.Call]:
-        call = self._start(self._one(request), timeout, metadata, streaming=False)
+        call = self._start(request, timeout, metadata, streaming=False)
         if isinstance(call, FakeRpcError):
             raise call
         return call._unary_result(), call
 
     def future(
-        self,
-        request: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
+        self, request: Any, timeout: float | None = None, metadata: Any = None, *_: Any, **__: Any
     ) -> Any:
-        return self._start(self._one(request), timeout, metadata, streaming=False)
+        return self._start(request, timeout, metadata, streaming=False)
 
 
-class _UnaryStream(_MultiCallable, grpc.UnaryStreamMultiCallable):  # type: ignore[misc,type-arg]
+class _StreamResponse(_MultiCallable):
     def __call__(
-        self,
-        request: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
+        self, request: Any, timeout: float | None = None, metadata: Any = None, *_: Any, **__: Any
     ) -> Any:
-        return self._start(self._one(request), timeout, metadata, streaming=True)
+        return self._start(request, timeout, metadata, streaming=True)
 
 
-class _StreamUnary(_MultiCallable, grpc.StreamUnaryMultiCallable):  # type: ignore[misc,type-arg]
-    def __call__(
-        self,
-        request_iterator: Iterable[Any],
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> Any:
-        return self.with_call(request_iterator, timeout, metadata)[0]
-
-    def with_call(
-        self,
-        request_iterator: Iterable[Any],
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> tuple[Any, grpc.Call]:
-        call = self._start(self._many(request_iterator), timeout, metadata, streaming=False)
-        if isinstance(call, FakeRpcError):
-            raise call
-        return call._unary_result(), call
-
-    def future(
-        self,
-        request_iterator: Iterable[Any],
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> Any:
-        return self._start(self._many(request_iterator), timeout, metadata, streaming=False)
+class _UnaryUnary(_UnaryResponse, grpc.UnaryUnaryMultiCallable):  # type: ignore[misc,type-arg]
+    pass
 
 
-class _StreamStream(_MultiCallable, grpc.StreamStreamMultiCallable):  # type: ignore[misc,type-arg]
-    def __call__(
-        self,
-        request_iterator: Iterable[Any],
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> Any:
-        return self._start(self._many(request_iterator), timeout, metadata, streaming=True)
+class _UnaryStream(_StreamResponse, grpc.UnaryStreamMultiCallable):  # type: ignore[misc,type-arg]
+    pass
+
+
+class _StreamUnary(_UnaryResponse, grpc.StreamUnaryMultiCallable):  # type: ignore[misc,type-arg]
+    request_streaming = True
+
+
+class _StreamStream(_StreamResponse, grpc.StreamStreamMultiCallable):  # type: ignore[misc,type-arg]
+    request_streaming = True
 
 
 class FakeChannel(grpc.Channel):  # type: ignore[misc]

@@ -312,12 +312,8 @@ class FakeExecutorService:
     def WriteFile(
         self, request_iterator: Iterator[pb.WriteFileRequest], context: CallContext
     ) -> pb.WriteFileResponse:
-        first = next(request_iterator, None)
-        if first is None or first.WhichOneof("kind") != "header":
-            raise invalid("the first WriteFileRequest must be `header`")
-        header = first.header
+        header, data = _header_and_data(request_iterator, "WriteFileRequest")
         rec = self._sandbox(header.sandbox_id, context)
-        data = _data_chunks(request_iterator, "WriteFileRequest")
         size = _files.write_file(rec.root, header.path, header.mode, header.make_parents, data)
         return pb.WriteFileResponse(size=size)
 
@@ -325,14 +321,9 @@ class FakeExecutorService:
     def Upload(
         self, request_iterator: Iterator[pb.UploadRequest], context: CallContext
     ) -> pb.UploadResponse:
-        first = next(request_iterator, None)
-        if first is None or first.WhichOneof("kind") != "header":
-            raise invalid("the first UploadRequest must be `header`")
-        header = first.header
+        header, data = _header_and_data(request_iterator, "UploadRequest")
         rec = self._sandbox(header.sandbox_id, context)
-        files, size = _files.upload(
-            rec.root, header.path, _data_chunks(request_iterator, "UploadRequest")
-        )
+        files, size = _files.upload(rec.root, header.path, data)
         return pb.UploadResponse(files=files, bytes=size)
 
     @refusals_streaming
@@ -340,6 +331,14 @@ class FakeExecutorService:
         rec = self._sandbox(request.sandbox_id, context)
         for data in _files.download(rec.root, request.path):
             yield pb.TarChunk(data=data)
+
+
+def _header_and_data(requests: Iterator[Any], what: str) -> tuple[Any, Iterator[bytes]]:
+    """The first message's ``header``, and the ``data`` of every later one."""
+    first = next(requests, None)
+    if first is None or first.WhichOneof("kind") != "header":
+        raise invalid(f"the first {what} must be `header`")
+    return first.header, _data_chunks(requests, what)
 
 
 def _data_chunks(requests: Iterator[Any], what: str) -> Iterator[bytes]:

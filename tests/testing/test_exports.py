@@ -1,0 +1,33 @@
+"""orchard.testing's public names are a contract, like the SDK's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orchard.testing
+
+EXPECTED = {
+    "AsyncFakeTransport", "DEFAULT_API_KEY", "EXECUTOR_ADDRESS", "ExecCall", "FakeImage",
+    "FakeOrchard", "FakeTemplate", "FakeTransport", "GATEWAY_ADDRESS", "SandboxRecord",
+    "ScriptedResult",
+}  # fmt: skip
+
+
+def test_exported_names_are_pinned() -> None:
+    assert set(orchard.testing.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert getattr(orchard.testing, name) is not None
+
+
+def test_importing_the_fake_loads_no_service() -> None:
+    """What the SDK imports and nothing more: no service, no server-side dependency."""
+    code = (
+        "import sys, orchard.testing; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('structlog', 'uvloop', 'kubernetes', 'openai', 'numpy', 'aiohttp', 'opentelemetry') "
+        "or m.split('.')[:2] in (['orchard', s] for s in "
+        "('executor', 'scheduler', 'gateway', 'rewards', 'cli'))); print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

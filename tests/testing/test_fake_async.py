@@ -1,0 +1,80 @@
+"""The asyncio face over the fake: concurrency, deadlines and cancellation reach the commands."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from orchard import AsyncOrchard, AsyncTransport, ExecStatus, OutputChunk, Transport
+from orchard.testing import FakeOrchard
+
+
+def test_fake_transports_satisfy_the_seam(fake: FakeOrchard) -> None:
+    assert isinstance(fake.transport(), Transport)
+    assert isinstance(fake.async_transport(), AsyncTransport)
+
+
+def test_many_concurrent_execs(fake: FakeOrchard) -> None:
+    async def main() -> list[str]:
+        async with fake.async_client() as client, await client.sandboxes.create() as box:
+
+            async def worker(i: int) -> str:
+                outs = [(await box.exec(["echo", str(i)])).stdout_text for _ in range(5)]
+                return outs[-1] if len(set(outs)) == 1 else f"mixed {outs}"
+
+            return await asyncio.gather(*(worker(i) for i in range(24)))
+
+    assert asyncio.run(main()) == [f"{i}\n" for i in range(24)]
+
+
+def test_timeouts_and_cancelled_tasks_kill_commands(fake: FakeOrchard) -> None:
+    async def main() -> None:
+        async with fake.async_client() as client, await client.sandboxes.create() as box:
+            started = time.monotonic()
+            r = await box.exec("sleep 41.25", timeout=0.3)
+            assert r.status.timed_out and time.monotonic() - started < 5
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(box.exec("sleep 42.25"), 0.3)
+            await asyncio.sleep(0.2)
+            listed = (await box.exec(["ps", "-eo", "args"])).stdout
+            assert b"sleep 41.25" not in listed and b"sleep 42.25" not in listed
+
+    asyncio.run(main())
+
+
+def test_async_stream_with_async_stdin_and_early_break(fake: FakeOrchard) -> None:
+    async def main() -> None:
+        async with fake.async_client() as client, await client.sandboxes.create() as box:
+
+            async def feed() -> object:
+                for piece in (b"one ", b"two"):
+                    await asyncio.sleep(0.01)
+                    yield piece
+
+            events = [e async for e in box.exec_stream(["cat"], stdin=feed())]
+            assert b"".join(e.data for e in events if isinstance(e, OutputChunk)) == b"one two"
+            assert isinstance(events[-1], ExecStatus) and events[-1].exit_code == 0
+            async for event in box.exec_stream("while :; do echo t; sleep 0.01; done"):
+                assert event == OutputChunk("stdout", b"t\n")
+                break
+            await asyncio.sleep(0.2)
+            assert b"while :" not in (await box.exec(["ps", "-eo", "args"])).stdout
+
+    asyncio.run(main())
+
+
+def test_one_fake_serves_both_faces(fake: FakeOrchard) -> None:
+    with fake.client() as sync_client:
+        sb = sync_client.sandboxes.create()
+        sb.write_file("/shared.txt", "from sync")
+
+    async def main() -> bytes:
+        async with AsyncOrchard(
+            fake.endpoint, fake.api_key, transport=fake.async_transport()
+        ) as client:
+            box = await client.sandboxes.connect(sb.id)
+            return await box.read_file("/shared.txt")
+
+    assert asyncio.run(main()) == b"from sync"
