@@ -4,6 +4,7 @@ or scripted results that run nothing."""
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import re
 import time
@@ -49,6 +50,11 @@ def test_cwd_env_and_user_are_mapped(fake: FakeOrchard, client: Orchard) -> None
         assert r.stdout_text.splitlines() == [f"{root}/home", f"s c {root}/home/agent agent"]
         with pytest.raises(CommandStartError):
             sb.exec("true", user="nobody-here")
+        # As in the sandbox itself, ".." stops at "/" and a relative cwd starts there.
+        assert sb.exec("pwd", cwd="/../..").stdout_text == f"{root}\n"
+        assert sb.exec("pwd", cwd="home/agent").stdout_text == f"{root}/home/agent\n"
+        os.symlink("/home", root / "homelink")  # an absolute link in cwd resolves in-root
+        assert sb.exec("pwd", cwd="/homelink/agent").stdout_text == f"{root}/home/agent\n"
 
 
 def test_timeout_kills_the_process_group(client: Orchard) -> None:

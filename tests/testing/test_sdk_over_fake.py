@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from orchard import (
@@ -21,6 +23,7 @@ from orchard import (
     PathEscapeError,
     PathNotFoundError,
     SandboxNotFoundError,
+    ServiceUnavailableError,
 )
 from orchard.testing import FakeOrchard
 
@@ -122,3 +125,27 @@ def test_pools_and_images_through_the_client(client: Orchard) -> None:
         assert (sb.last_info.template, sb.last_info.image) == ("py-small", "python:3.12")
     [after] = client.pools.list()
     assert (after.misses, after.claimed) == (1, 0)
+
+
+class _CountingInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc,type-arg]
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        self.methods.append(details.method.rsplit("/", 1)[1])
+        return continuation(details, request)
+
+
+def test_interceptors_go_to_the_fake_transport(fake: FakeOrchard) -> None:
+    counting = _CountingInterceptor()
+    with fake.client(interceptors=[counting]) as client, client.sandboxes.create() as sb:
+        sb.exec("true")
+    assert counting.methods == ["CreateSandbox", "Run", "DeleteSandbox"]
+
+
+def test_a_client_without_the_fakes_endpoint_is_told_what_to_do(fake: FakeOrchard) -> None:
+    with (
+        Orchard(transport=fake.transport()) as client,
+        pytest.raises(ServiceUnavailableError, match=r"fake\.client\(\)"),
+    ):
+        client.sandboxes.list()

@@ -9,6 +9,7 @@ SANDBOX_NOT_FOUND). Field checks follow ``services/executor/commands.py``.
 from __future__ import annotations
 
 import math
+import posixpath
 import queue
 import secrets
 import threading
@@ -78,6 +79,12 @@ def check_command_fields(start: pb.ExecStart) -> None:
     check_timeout(start.timeout_seconds)
 
 
+def cwd_parts(cwd: str) -> tuple[str, ...]:
+    """The working directory as the real executor takes it: joined to "/" and
+    normalised (a ``..`` above "/" stays at "/", as in the sandbox itself)."""
+    return _files.clean_parts(posixpath.normpath(posixpath.join("/", cwd or "/")))
+
+
 def output_limit(requested: int) -> int:
     if requested < 0:
         raise invalid("max_output_bytes must not be negative")
@@ -130,7 +137,7 @@ class FakeExecutorService:
         if user:
             name, home = lookup_user(rec.root, user)
             result["USER"] = result["LOGNAME"] = name
-            result["HOME"] = str(_files.resolve(rec.root, _files.clean_parts(home)))
+            result["HOME"] = str(_files.resolve(rec.root, cwd_parts(home)))
         result.update(env)
         return result
 
@@ -141,7 +148,7 @@ class FakeExecutorService:
             sandbox_id=rec.id,
             argv=argv,
             shell=shell,
-            cwd=_files.display(_files.clean_parts(start.cwd or "/")),
+            cwd=_files.display(cwd_parts(start.cwd)),
             env=dict(start.env),
             user=start.user,
             stdin=stdin,
@@ -152,12 +159,12 @@ class FakeExecutorService:
         if not self.run_commands:
             raise _unscripted(call.command)
         env = self._environment(rec, start.user, start.env)
-        cwd_parts = _files.clean_parts(start.cwd or "/")
+        cwd = cwd_parts(start.cwd)
         spec = CommandSpec(
             argv=call.argv,
             env=env,
-            cwd=_files.resolve(rec.root, cwd_parts),
-            shown_cwd=_files.display(cwd_parts),
+            cwd=_files.resolve(rec.root, cwd),
+            shown_cwd=_files.display(cwd),
             timeout=start.timeout_seconds,
             limit=output_limit(start.max_output_bytes),
             stdin=start.stdin if start.stdin else bool(call.stdin),
@@ -234,7 +241,7 @@ class FakeExecutorService:
         session: ShellSession | ScriptedSession
         if self.run_commands:
             env = self._environment(rec, request.user, request.env)
-            cwd = _files.resolve(rec.root, _files.clean_parts(request.cwd or "/"))
+            cwd = _files.resolve(rec.root, cwd_parts(request.cwd))
             if not cwd.is_dir():
                 raise Refusal(
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -252,7 +259,7 @@ class FakeExecutorService:
     @refusals
     def SessionRun(self, request: pb.SessionRunRequest, context: CallContext) -> pb.RunResponse:
         rec = self._sandbox(request.sandbox_id, context)
-        if not request.command.strip():
+        if not request.command:
             raise invalid("command is required")
         if "\0" in request.command:
             raise invalid("command must not contain NUL characters")

@@ -64,7 +64,9 @@ class Router:
             known = ", ".join(self._sites)
             return Status(
                 grpc.StatusCode.UNAVAILABLE,
-                f"failed to connect to all addresses: the fake serves {known}, not {address!r}",
+                f"failed to connect to all addresses: the fake serves {known}, not {address!r} "
+                "(make the client with fake.client(), or pass endpoint=fake.endpoint and "
+                "api_key=fake.api_key)",
             )
         details = _CallDetails(method, ())
         for generic in site:
