@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
-from orchard import AsyncOrchard, AsyncTransport, ExecStatus, OutputChunk, Transport
+from orchard import AsyncOrchard, AsyncSandbox, AsyncTransport, ExecStatus, OutputChunk, Transport
 from orchard.testing import FakeOrchard
+
+from .test_fake_exec import _unique_sleep
+
+
+async def _wait_gone(box: AsyncSandbox, command: str) -> None:
+    deadline = time.monotonic() + 5
+    while command.encode() in (await box.exec(["ps", "-eo", "args"])).stdout:
+        assert time.monotonic() < deadline, f"{command!r} still runs"
+        await asyncio.sleep(0.05)
 
 
 def test_fake_transports_satisfy_the_seam(fake: FakeOrchard) -> None:
@@ -33,13 +43,13 @@ def test_timeouts_and_cancelled_tasks_kill_commands(fake: FakeOrchard) -> None:
     async def main() -> None:
         async with fake.async_client() as client, await client.sandboxes.create() as box:
             started = time.monotonic()
-            r = await box.exec("sleep 41.25", timeout=0.3)
+            a, b = _unique_sleep(), _unique_sleep()
+            r = await box.exec(a, timeout=0.3)
             assert r.status.timed_out and time.monotonic() - started < 5
             with pytest.raises(TimeoutError):
-                await asyncio.wait_for(box.exec("sleep 42.25"), 0.3)
-            await asyncio.sleep(0.2)
-            listed = (await box.exec(["ps", "-eo", "args"])).stdout
-            assert b"sleep 41.25" not in listed and b"sleep 42.25" not in listed
+                await asyncio.wait_for(box.exec(b), 0.3)
+            await _wait_gone(box, a)
+            await _wait_gone(box, b)
 
     asyncio.run(main())
 
@@ -48,7 +58,7 @@ def test_async_stream_with_async_stdin_and_early_break(fake: FakeOrchard) -> Non
     async def main() -> None:
         async with fake.async_client() as client, await client.sandboxes.create() as box:
 
-            async def feed() -> object:
+            async def feed() -> AsyncIterator[bytes]:
                 for piece in (b"one ", b"two"):
                     await asyncio.sleep(0.01)
                     yield piece
@@ -56,11 +66,11 @@ def test_async_stream_with_async_stdin_and_early_break(fake: FakeOrchard) -> Non
             events = [e async for e in box.exec_stream(["cat"], stdin=feed())]
             assert b"".join(e.data for e in events if isinstance(e, OutputChunk)) == b"one two"
             assert isinstance(events[-1], ExecStatus) and events[-1].exit_code == 0
-            async for event in box.exec_stream("while :; do echo t; sleep 0.01; done"):
+            loop = f"while :; do echo t; {_unique_sleep(0)}; done"
+            async for event in box.exec_stream(loop):
                 assert event == OutputChunk("stdout", b"t\n")
                 break
-            await asyncio.sleep(0.2)
-            assert b"while :" not in (await box.exec(["ps", "-eo", "args"])).stdout
+            await _wait_gone(box, loop)
 
     asyncio.run(main())
 

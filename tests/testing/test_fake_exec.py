@@ -7,6 +7,7 @@ import asyncio
 import os
 import queue
 import re
+import secrets
 import time
 from collections.abc import Iterator
 
@@ -19,10 +20,26 @@ from orchard import (
     InvalidRequestError,
     Orchard,
     OutputChunk,
+    Sandbox,
     SessionError,
 )
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc
 from orchard.testing import ExecCall, FakeOrchard, ScriptedResult
+
+
+def _unique_sleep(seconds: int = 300) -> str:
+    """A sleep command no other test (or other run on this host) has: commands are not
+    isolated, so ``ps`` inside a fake sandbox sees the whole host."""
+    return f"sleep {seconds}.{secrets.randbelow(10**6):06d}1"
+
+
+def _wait_gone(sb: Sandbox, command: str) -> None:
+    """Until ``command`` is no longer running (SIGKILL takes effect when the process is next
+    scheduled, which under load can be a moment after the signal)."""
+    deadline = time.monotonic() + 5
+    while command.encode() in sb.exec(["ps", "-eo", "args"]).stdout:
+        assert time.monotonic() < deadline, f"{command!r} still runs"
+        time.sleep(0.05)
 
 
 def test_exit_codes_signals_and_start_failures(client: Orchard) -> None:
@@ -60,24 +77,22 @@ def test_cwd_env_and_user_are_mapped(fake: FakeOrchard, client: Orchard) -> None
 def test_timeout_kills_the_process_group(client: Orchard) -> None:
     with client.sandboxes.create() as sb:
         started = time.monotonic()
-        r = sb.exec("sleep 37.5 & sleep 38.5; echo never", timeout=0.3)
+        a, b = _unique_sleep(), _unique_sleep()
+        r = sb.exec(f"{a} & {b}; echo never", timeout=0.3)
         assert r.status.timed_out and r.status.signal == 9 and b"never" not in r.stdout
         assert time.monotonic() - started < 5
-        listed = sb.exec(["ps", "-eo", "args"]).stdout
-        assert b"sleep 37.5" not in listed and b"sleep 38.5" not in listed
+        _wait_gone(sb, a)
+        _wait_gone(sb, b)
 
 
 def test_background_job_survives_a_normal_exit_and_kill_all_ends_it(client: Orchard) -> None:
     with client.sandboxes.create() as sb:
-        marker = f"sleep {300 + int(time.time()) % 100}"
+        marker = _unique_sleep()
         r = sb.exec(f"{marker} >/dev/null 2>&1 & echo started", timeout=5)
         assert r.stdout == b"started\n"
         assert marker.encode() in sb.exec(["ps", "-eo", "args"]).stdout
         assert sb.kill_all() >= 1
-        deadline = time.monotonic() + 5
-        while marker.encode() in sb.exec(["ps", "-eo", "args"]).stdout:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_gone(sb, marker)
 
 
 def test_output_caps_truncate(client: Orchard) -> None:
@@ -99,10 +114,11 @@ def test_exec_stream_stdin_and_early_stop(client: Orchard) -> None:
         assert out == b"x" * 300_000 + b"y"
         assert OutputChunk("stderr", b"e") in events
         assert isinstance(events[-1], ExecStatus) and events[-1].exit_code == 3
-        stream = sb.exec_stream("while :; do echo tick; sleep 0.01; done")
+        loop = f"while :; do echo tick; {_unique_sleep(0)}; done"
+        stream = sb.exec_stream(loop)
         assert next(stream) == OutputChunk("stdout", b"tick\n")
         stream.close()  # stopping early cancels the call, which kills the command
-        assert b"while :" not in sb.exec(["ps", "-eo", "args"]).stdout
+        _wait_gone(sb, loop)
 
 
 def test_sessions_keep_state_interrupt_and_timeout(client: Orchard) -> None:
