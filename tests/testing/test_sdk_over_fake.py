@@ -18,10 +18,12 @@ from orchard import (
     AsyncOrchard,
     AuthenticationError,
     ExecStatus,
+    InfrastructureError,
     Orchard,
     OutputChunk,
     PathEscapeError,
     PathNotFoundError,
+    QuotaExceededError,
     SandboxNotFoundError,
     ServiceUnavailableError,
 )
@@ -153,3 +155,27 @@ def test_a_client_without_the_fakes_endpoint_is_told_what_to_do(fake: FakeOrchar
         pytest.raises(ServiceUnavailableError, match=r"fake\.client\(\)"),
     ):
         client.sandboxes.list()
+
+
+def test_injected_failures_and_reaped_sandboxes(fake: FakeOrchard, client: Orchard) -> None:
+    """What rollout code must survive: an infrastructure failure, a sandbox gone under it."""
+    with client.sandboxes.create() as sb:
+        fake.fail_next("Run")
+        with pytest.raises(InfrastructureError) as info:
+            sb.exec("true")
+        assert info.value.is_infrastructure and info.value.reason == "BACKEND_FAILURE"
+        assert sb.exec("echo recovered").stdout == b"recovered\n"
+        fake.fail_next(
+            "CreateSandbox",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            reason="QUOTA_EXCEEDED",
+            fault="client",
+            times=2,
+        )
+        for _ in range(2):
+            with pytest.raises(QuotaExceededError):
+                client.sandboxes.create()
+        fake.reap(sb.id)
+        with pytest.raises(SandboxNotFoundError):
+            sb.exec("true")
+        assert client.sandboxes.connect(sb.id).last_info.state_reason == "expired: its ttl passed"

@@ -60,7 +60,11 @@ What the fake does NOT isolate or enforce:
   is never set by a real command), no network policy, no quotas, no TTL
   reaping, no warm pools; images are names (plus seed files), not root file
   systems. A process that leaves its process group (``setsid``) escapes
-  KillAll and delete.
+  KillAll and delete. No message size limits; grpc.aio interceptors are not
+  applied by the async transport.
+
+Failures are injected with ``fake.fail_next("Run")`` (an infrastructure
+failure by default) and ``fake.reap(sandbox_id)`` (the server deleted it).
 
 For unit tests that must not run anything on the host, script the results:
 ``fake.on_exec("pytest -q", ScriptedResult(stdout="1 passed", exit_code=0))``,

@@ -149,6 +149,19 @@ def check_network(policy: common_pb2.NetworkPolicy) -> common_pb2.NetworkPolicy:
     return checked
 
 
+def remove_sandbox(world: World, runtimes: SandboxRuntimes, rec: SandboxRecord, why: str) -> None:
+    """Mark ``rec`` DELETED, kill what runs in it and remove its directory (twice is a no-op)."""
+    with world.lock:
+        if rec.state == sandbox_pb2.DELETED:
+            return
+        was_claimed = rec.state == sandbox_pb2.CLAIMED
+        rec.state, rec.state_reason = sandbox_pb2.DELETED, why
+        if was_claimed and rec.template in world.pool_counters:
+            world.pool_counters[rec.template].claimed -= 1
+    runtimes.discard(rec.id)
+    world.remove_root(rec)
+
+
 class FakeSandboxService:
     def __init__(self, world: World, runtimes: SandboxRuntimes) -> None:
         self.world = world
@@ -320,16 +333,9 @@ class FakeSandboxService:
     def DeleteSandbox(
         self, request: sandbox_pb2.DeleteSandboxRequest, context: CallContext
     ) -> sandbox_pb2.DeleteSandboxResponse:
-        rec = self._checked_id(context, request.id)
-        with self.world.lock:
-            if rec.state == sandbox_pb2.DELETED:
-                return sandbox_pb2.DeleteSandboxResponse()
-            was_claimed = rec.state == sandbox_pb2.CLAIMED
-            rec.state, rec.state_reason = sandbox_pb2.DELETED, "deleted by client"
-            if was_claimed and rec.template in self.world.pool_counters:
-                self.world.pool_counters[rec.template].claimed -= 1
-        self.runtimes.discard(rec.id)
-        self.world.remove_root(rec)
+        remove_sandbox(
+            self.world, self.runtimes, self._checked_id(context, request.id), "deleted by client"
+        )
         return sandbox_pb2.DeleteSandboxResponse()
 
     @refusals

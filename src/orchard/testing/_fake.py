@@ -18,8 +18,10 @@ from . import _control, _executor
 from ._aio_channel import AsyncFakeChannel
 from ._channel import FakeChannel
 from ._router import Router
+from ._rpc import Status
 from ._sandboxes import SandboxRuntimes
 from ._scripts import ExecCall, Handler, Matcher, Scripts
+from ._status import Fault, Refusal
 from ._world import FakeImage, FakeTemplate, SandboxRecord, World
 
 if TYPE_CHECKING:
@@ -190,6 +192,29 @@ class FakeOrchard:
     def network_policy(self, sandbox_id: str) -> common_pb2.NetworkPolicy:
         """The last policy set (recorded only: the fake enforces none)."""
         return self.sandbox(sandbox_id).network
+
+    def reap(self, sandbox_id: str, why: str = "expired: its ttl passed") -> None:
+        """Delete a sandbox as the server would on its own (TTL reaper, node loss):
+        the client's next call on it gets SANDBOX_NOT_FOUND."""
+        _control.remove_sandbox(self.world, self.runtimes, self.sandbox(sandbox_id), why)
+
+    def fail_next(
+        self,
+        method: str,
+        code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+        *,
+        reason: str = "BACKEND_FAILURE",
+        fault: Fault = "infrastructure",
+        message: str = "injected by FakeOrchard.fail_next",
+        times: int | None = 1,
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` (``"Run"``, ``"CreateSandbox"``,
+        or a full path) with this status and orchard trailers, without running them
+        (``times=None``: every call). The default is what the real services send when the
+        platform fails (UNAVAILABLE, BACKEND_FAILURE, fault ``infrastructure``): the SDK
+        raises ``InfrastructureError``, which trainers drop rather than score."""
+        refusal = Refusal(code, reason, message, fault)
+        self.router.fail(method, Status(code, message, refusal.trailers()), times)
 
     def close(self) -> None:
         """Kill every command and session still running and remove every sandbox's directory."""

@@ -9,6 +9,7 @@ encoding is re-described by hand.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -45,6 +46,29 @@ class Router:
 
     def __init__(self) -> None:
         self._sites: dict[str, list[grpc.GenericRpcHandler[Any, Any]]] = {}
+        self._lock = threading.Lock()
+        # method name ("Run") or full path -> [status, calls left (None: always)]
+        self._failures: dict[str, list[Any]] = {}
+
+    def fail(self, method: str, status: Status, times: int | None) -> None:
+        """Answer calls of ``method`` with ``status`` (``times`` calls, or always)."""
+        with self._lock:
+            self._failures[method] = [status, times]
+
+    def _injected(self, method: str) -> Status | None:
+        with self._lock:
+            for key in (method, method.rsplit("/", 1)[-1]):
+                entry = self._failures.get(key)
+                if entry is None:
+                    continue
+                status, left = entry
+                if left is not None:
+                    if left <= 1:
+                        del self._failures[key]
+                    else:
+                        entry[1] = left - 1
+                return status  # type: ignore[no-any-return]
+        return None
 
     def serve(self, address: str, *adders: tuple[Callable[[Any, Any], None], Any]) -> None:
         """Register ``(add_XServicer_to_server, servicer)`` pairs at ``address``."""
@@ -68,6 +92,9 @@ class Router:
                 "(make the client with fake.client(), or pass endpoint=fake.endpoint and "
                 "api_key=fake.api_key)",
             )
+        injected = self._injected(method)
+        if injected is not None:
+            return injected
         details = _CallDetails(method, ())
         for generic in site:
             found = generic.service(details)  # type: ignore[arg-type]
