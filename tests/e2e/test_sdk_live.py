@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
 import time
 from pathlib import Path
@@ -83,3 +84,26 @@ def test_async_face(stack: Stack, tmp_path: Path) -> None:  # noqa: F811
             assert (tmp_path / "w" / "a.txt").read_text() == "text" and result.members == 1
 
     asyncio.run(scenario())
+
+
+def test_tenant_view_reports_quota_usage_and_version(stack: Stack) -> None:  # noqa: F811
+    key = (stack.home / "dev-api-key").read_text().strip()
+    with Orchard(stack.endpoint, key) as client:
+        before = client.tenant()
+        with client.sandboxes.create(cpu=0.5, memory="256Mi"):
+            during = client.tenant()
+        assert during.tenant == before.tenant and during.tenant
+        assert during.sandboxes == before.sandboxes + 1
+        assert during.cpu == before.cpu + 0.5
+        assert during.memory_bytes == before.memory_bytes + 256 * 1024 * 1024
+        assert during.server_version == importlib.metadata.version("orchard-env")
+        assert set(during.quota) == {
+            "max_sandboxes", "max_cpu_millis", "max_memory_bytes", "create_rate",
+            "create_burst", "max_execs",
+        }  # fmt: skip
+
+    async def through_asyncio() -> None:
+        async with AsyncOrchard(stack.endpoint, key) as client:
+            assert (await client.tenant()).tenant == before.tenant
+
+    asyncio.run(through_asyncio())

@@ -16,7 +16,7 @@ EXPECTED = {
     # The client objects, their resources and the transport seam.
     "Orchard", "AsyncOrchard", "Sandboxes", "AsyncSandboxes", "Pools", "AsyncPools", "Images",
     "AsyncImages", "AsyncRewards", "Transport", "AsyncTransport", "GrpcTransport",
-    "AsyncGrpcTransport", "Interceptor", "AsyncInterceptor", "close_default_clients",
+    "AsyncGrpcTransport", "Interceptor", "AsyncInterceptor", "close_default_clients", "TenantInfo",
 }  # fmt: skip
 
 

@@ -40,7 +40,15 @@ from ._errors import (
     ServiceUnavailableError,
     SessionError,
 )
-from ._models import ExecEvent, ExecResult, ExecStatus, ImageInfo, OutputChunk, SandboxInfo
+from ._models import (
+    ExecEvent,
+    ExecResult,
+    ExecStatus,
+    ImageInfo,
+    OutputChunk,
+    SandboxInfo,
+    TenantInfo,
+)
 from ._network import NetworkPolicy
 from ._pools import PoolInfo
 from ._rewards import AsyncRewards, GradeReport, JudgeVerdict, ProcessReward, Rewards
@@ -108,6 +116,7 @@ __all__ = [
     "ServiceUnavailableError",
     "Session",
     "SessionError",
+    "TenantInfo",
     "Transport",
     "close_default_clients",
 ]

@@ -35,7 +35,7 @@ from ._async import AsyncSandbox
 from ._config import ClientConfig
 from ._core import ClientCore, channel_credentials, resolve_config, translate_errors
 from ._errors import QuotaExceededError
-from ._models import ImageInfo, SandboxInfo, image_info, sandbox_info
+from ._models import ImageInfo, SandboxInfo, TenantInfo, image_info, sandbox_info, tenant_info
 from ._network import NetworkPolicy
 from ._pools import PoolInfo, hint_request, pool_info
 from ._quota_wait import QuotaWait
@@ -129,6 +129,15 @@ class AsyncOrchard(ClientCore):
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    async def tenant(self) -> TenantInfo:
+        """Who this client's key belongs to, its quota, what it uses now, and the server's
+        version."""
+        with translate_errors():
+            msg = await self._control().GetTenant(
+                sandbox_pb2.GetTenantRequest(), metadata=self.api_metadata
+            )
+        return tenant_info(msg)
 
     # ---- stubs (one per loop, address and service, built once) ----------------
 

@@ -36,7 +36,7 @@ from . import _requests, _values
 from ._config import ClientConfig
 from ._core import ClientCore, channel_credentials, resolve_config, translate_errors
 from ._errors import QuotaExceededError
-from ._models import ImageInfo, SandboxInfo, image_info, sandbox_info
+from ._models import ImageInfo, SandboxInfo, TenantInfo, image_info, sandbox_info, tenant_info
 from ._network import NetworkPolicy
 from ._pools import PoolInfo, hint_request, pool_info
 from ._quota_wait import QuotaWait
@@ -127,6 +127,15 @@ class Orchard(ClientCore):
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def tenant(self) -> TenantInfo:
+        """Who this client's key belongs to, its quota, what it uses now, and the server's
+        version."""
+        with translate_errors():
+            msg = self._control().GetTenant(
+                sandbox_pb2.GetTenantRequest(), metadata=self.api_metadata
+            )
+        return tenant_info(msg)
 
     # ---- stubs (one per address and service, built once) ----------------------
 
