@@ -31,3 +31,19 @@ def test_importing_the_fake_loads_no_service() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_rpc_of_the_served_protos_is_implemented() -> None:
+    """A new RPC in protos/ must get a fake too (the generated registration would fail)."""
+    from orchard._proto.orchard.v1 import executor_pb2, pools_pb2, sandbox_pb2
+    from orchard.testing import _control, _executor
+
+    servicers = {
+        "SandboxService": _control.FakeSandboxService,
+        "PoolService": _control.FakePoolService,
+        "ExecutorService": _executor.FakeExecutorService,
+    }
+    for module in (sandbox_pb2, pools_pb2, executor_pb2):
+        for name, service in module.DESCRIPTOR.services_by_name.items():
+            missing = [m for m in service.methods_by_name if not hasattr(servicers[name], m)]
+            assert missing == [], f"{name}: no fake for {missing}"

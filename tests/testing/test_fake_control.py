@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -178,3 +179,19 @@ def test_proxied_data_plane_goes_through_the_gateway_address(fake: FakeOrchard) 
     proxied = Orchard(fake.endpoint, fake.api_key, data_plane="proxy", transport=fake.transport())
     with proxied as c, c.sandboxes.create() as sb:
         assert sb.exec("echo via-gateway").stdout == b"via-gateway\n"
+
+
+def test_tenant_view_reports_usage_and_no_quota(fake: FakeOrchard, client: Orchard) -> None:
+    client.sandboxes.create(cpu=0.5, memory="256Mi")
+    client.sandboxes.create()
+    view = client.tenant()
+    assert (view.tenant, view.sandboxes, view.cpu) == ("dev", 2, 1.5)
+    assert view.memory_bytes == (256 << 20) + (1 << 30)
+    assert set(view.quota.values()) == {0}  # the fake enforces no quota
+    assert view.server_version.endswith("+fake")
+
+    async def main() -> int:
+        async with fake.async_client() as aclient:
+            return (await aclient.tenant()).sandboxes
+
+    assert asyncio.run(main()) == 2

@@ -20,6 +20,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from functools import wraps
+from importlib.metadata import version as _package_version
 from typing import Any, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -38,6 +39,7 @@ from ._sandboxes import SandboxRuntimes
 from ._status import Refusal, invalid, not_found, precondition
 from ._world import GIB, MIB, SandboxRecord, World, new_sandbox_id
 
+SERVER_VERSION = _package_version("orchard-env")
 IMAGE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}(:[A-Za-z0-9._-]{1,128})?$")
 LABEL_KEY_RE = re.compile(
     r"^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
@@ -404,6 +406,26 @@ class FakeSandboxService:
                 )
                 for i in self.world.images.values()
             ]
+        )
+
+    @refusals
+    def GetTenant(
+        self, request: sandbox_pb2.GetTenantRequest, context: CallContext
+    ) -> sandbox_pb2.TenantView:
+        """The caller's view: no quota (all zero: unlimited, the fake enforces none) and
+        what its live sandboxes use."""
+        tenant = self.world.tenant_for(context.invocation_metadata())
+        with self.world.lock:
+            live = [r for r in self.world.sandboxes.values() if r.tenant == tenant and r.usable]
+        return sandbox_pb2.TenantView(
+            tenant=tenant,
+            quota=sandbox_pb2.TenantQuota(),
+            usage=sandbox_pb2.TenantUsage(
+                sandboxes=len(live),
+                cpu_millis=sum(r.resources.cpu_millis for r in live),
+                memory_bytes=sum(r.resources.memory_bytes for r in live),
+            ),
+            server_version=f"{SERVER_VERSION}+fake",  # a PEP 440 local version: still parses
         )
 
 
