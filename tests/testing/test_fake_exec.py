@@ -165,6 +165,18 @@ def test_refusals_of_the_real_executor() -> None:
                 metadata=(("authorization", f"Bearer {access}"),),
             )
         assert both.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        auth = (("authorization", f"Bearer {access}"),)
+        for bad in (
+            executor_pb2.ExecStart(sandbox_id=sb.id),  # neither argv nor shell
+            executor_pb2.ExecStart(sandbox_id=sb.id, argv=[""]),
+            executor_pb2.ExecStart(sandbox_id=sb.id, argv=["true"], timeout_seconds=-1),
+            executor_pb2.ExecStart(sandbox_id=sb.id, argv=["true"], env={"A=B": "x"}),
+            executor_pb2.ExecStart(sandbox_id=sb.id, argv=["true"], max_output_bytes=-1),
+            executor_pb2.ExecStart(sandbox_id="Not An Id", argv=["true"]),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Run(executor_pb2.RunRequest(start=bad), metadata=auth)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad
         good = executor_pb2.ExecStart(sandbox_id=sb.id, argv=["true"])
         with pytest.raises(grpc.RpcError) as token:
             stub.Run(
