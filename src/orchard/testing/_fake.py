@@ -133,6 +133,9 @@ class FakeOrchard:
         # The gateway also proxies the data plane (``data_plane="proxy"``).
         self.router.serve(endpoint, *control, *data)
         self.router.serve(executor_endpoint, *data)
+        # A fake dropped without close() still kills its commands and removes its
+        # directories (at garbage collection or interpreter exit).
+        self._finalizer = weakref.finalize(self, _shut_down, self.runtimes, self.world)
 
     # ---- transports and clients ---------------------------------------------------
 
@@ -218,8 +221,7 @@ class FakeOrchard:
 
     def close(self) -> None:
         """Kill every command and session still running and remove every sandbox's directory."""
-        self.runtimes.discard_all()
-        self.world.close()
+        self._finalizer()
 
     def __enter__(self) -> Self:
         return self
@@ -228,3 +230,8 @@ class FakeOrchard:
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _shut_down(runtimes: SandboxRuntimes, world: World) -> None:
+    runtimes.discard_all()
+    world.close()
