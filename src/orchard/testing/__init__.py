@@ -61,7 +61,7 @@ What the fake does NOT isolate or enforce:
   reaping, no warm pools; images are names (plus seed files), not root file
   systems. A process that leaves its process group (``setsid``) escapes
   KillAll and delete. No message size limits; grpc.aio interceptors are not
-  applied by the async transport.
+  applied by the async transport; the rewards service is not faked.
 
 Failures are injected with ``fake.fail_next("Run")`` (an infrastructure
 failure by default) and ``fake.reap(sandbox_id)`` (the server deleted it).
