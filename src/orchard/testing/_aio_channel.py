@@ -22,7 +22,7 @@ import grpc
 import grpc.aio
 
 from ._channel import as_metadata
-from ._router import Router
+from ._router import ChannelFactories, Router
 from ._rpc import Deserializer, RpcRun, Serializer, Status
 
 _END_OF_REQUESTS = object()
@@ -351,8 +351,15 @@ class _StreamStream(_MultiCallable, grpc.aio.StreamStreamMultiCallable):  # type
     request_streaming = True
 
 
-class AsyncFakeChannel(grpc.aio.Channel):  # type: ignore[misc]
+class AsyncFakeChannel(ChannelFactories, grpc.aio.Channel):  # type: ignore[misc]
     """An asyncio channel to one of the fake's addresses."""
+
+    kinds = {
+        "unary_unary": _UnaryUnary,
+        "unary_stream": _UnaryStream,
+        "stream_unary": _StreamUnary,
+        "stream_stream": _StreamStream,
+    }
 
     def __init__(self, router: Router, address: str) -> None:
         self.router = router
@@ -376,39 +383,3 @@ class AsyncFakeChannel(grpc.aio.Channel):  # type: ignore[misc]
 
     async def channel_ready(self) -> None:
         return None
-
-    def unary_unary(
-        self,
-        method: str,
-        request_serializer: Serializer | None = None,
-        response_deserializer: Deserializer | None = None,
-        _registered_method: bool | None = False,
-    ) -> Any:
-        return _UnaryUnary(self, method, request_serializer, response_deserializer)
-
-    def unary_stream(
-        self,
-        method: str,
-        request_serializer: Serializer | None = None,
-        response_deserializer: Deserializer | None = None,
-        _registered_method: bool | None = False,
-    ) -> Any:
-        return _UnaryStream(self, method, request_serializer, response_deserializer)
-
-    def stream_unary(
-        self,
-        method: str,
-        request_serializer: Serializer | None = None,
-        response_deserializer: Deserializer | None = None,
-        _registered_method: bool | None = False,
-    ) -> Any:
-        return _StreamUnary(self, method, request_serializer, response_deserializer)
-
-    def stream_stream(
-        self,
-        method: str,
-        request_serializer: Serializer | None = None,
-        response_deserializer: Deserializer | None = None,
-        _registered_method: bool | None = False,
-    ) -> Any:
-        return _StreamStream(self, method, request_serializer, response_deserializer)

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from ._router import Router
+from ._router import ChannelFactories, Router
 from ._rpc import Deserializer, Metadata, RpcRun, Serializer, Status
 
 _NO_TRACEBACK: types.TracebackType | None = None
@@ -324,8 +324,15 @@ class _StreamStream(_StreamResponse, grpc.StreamStreamMultiCallable):  # type: i
     request_streaming = True
 
 
-class FakeChannel(grpc.Channel):  # type: ignore[misc]
+class FakeChannel(ChannelFactories, grpc.Channel):  # type: ignore[misc]
     """A sync channel to one of the fake's addresses."""
+
+    kinds = {
+        "unary_unary": _UnaryUnary,
+        "unary_stream": _UnaryStream,
+        "stream_unary": _StreamUnary,
+        "stream_stream": _StreamStream,
+    }
 
     def __init__(self, router: Router, address: str) -> None:
         self.router = router
@@ -337,42 +344,6 @@ class FakeChannel(grpc.Channel):  # type: ignore[misc]
 
     def unsubscribe(self, callback: Callable[..., None]) -> None:
         pass
-
-    def unary_unary(
-        self,
-        method: str,
-        request_serializer: Serializer | None = None,
-        response_deserializer: Deserializer | None = None,
-        _registered_method: bool = False,
-    ) -> grpc.UnaryUnaryMultiCallable[Any, Any]:
-        return _UnaryUnary(self, method, request_serializer, response_deserializer)
-
-    def unary_stream(
-        self,
-        method: str,
-        request_serializer: Serializer | None = None,
-        response_deserializer: Deserializer | None = None,
-        _registered_method: bool = False,
-    ) -> grpc.UnaryStreamMultiCallable[Any, Any]:
-        return _UnaryStream(self, method, request_serializer, response_deserializer)
-
-    def stream_unary(
-        self,
-        method: str,
-        request_serializer: Serializer | None = None,
-        response_deserializer: Deserializer | None = None,
-        _registered_method: bool = False,
-    ) -> grpc.StreamUnaryMultiCallable[Any, Any]:
-        return _StreamUnary(self, method, request_serializer, response_deserializer)
-
-    def stream_stream(
-        self,
-        method: str,
-        request_serializer: Serializer | None = None,
-        response_deserializer: Deserializer | None = None,
-        _registered_method: bool = False,
-    ) -> grpc.StreamStreamMultiCallable[Any, Any]:
-        return _StreamStream(self, method, request_serializer, response_deserializer)
 
     def close(self) -> None:
         self.closed = True

@@ -171,14 +171,21 @@ class FakeExecutorService:
         )
         return Command(spec, self.runtimes.of(rec.id).groups)
 
-    @refusals
-    def Run(self, request: pb.RunRequest, context: CallContext) -> pb.RunResponse:
-        start = request.start
+    def _checked_start(
+        self, start: pb.ExecStart, context: CallContext
+    ) -> tuple[SandboxRecord, int]:
+        """The sandbox (id, token, existence) and the output cap, every field checked."""
         rec = self._sandbox(start.sandbox_id, context)
         check_command_fields(start)
         limit = output_limit(start.max_output_bytes)
         if start.user:
             lookup_user(rec.root, start.user)
+        return rec, limit
+
+    @refusals
+    def Run(self, request: pb.RunRequest, context: CallContext) -> pb.RunResponse:
+        start = request.start
+        rec, limit = self._checked_start(start, context)
         call = self._call(rec, start, request.stdin)
         scripted = self.scripts.find(call)
         if scripted is not None:
@@ -195,11 +202,7 @@ class FakeExecutorService:
         if first is None or first.WhichOneof("kind") != "start":
             raise invalid("the first ExecRequest must be `start`")
         start = first.start
-        rec = self._sandbox(start.sandbox_id, context)
-        check_command_fields(start)
-        limit = output_limit(start.max_output_bytes)
-        if start.user:
-            lookup_user(rec.root, start.user)
+        rec, limit = self._checked_start(start, context)
         probe = self._call(rec, start, b"")
         if self.scripts.matches(probe) or not self.run_commands:
             # A scripted command gets its whole stdin first (it has no process to stream to).

@@ -101,3 +101,51 @@ class Router:
             if found is not None:
                 return found
         return Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+
+class ChannelFactories:
+    """The four multi-callable factories of a channel, shared by the sync and aio channels;
+    ``kinds`` names the multi-callable class each one returns. ``_registered_method``
+    (grpcio's registered-method optimisation; ``grpc.intercept_channel`` passes it by
+    position) means nothing in process."""
+
+    kinds: dict[str, Callable[..., Any]]
+
+    def _make(self, kind: str, method: str, serialize: Any, deserialize: Any) -> Any:
+        return self.kinds[kind](self, method, serialize, deserialize)
+
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Any = None,
+        response_deserializer: Any = None,
+        _registered_method: Any = False,
+    ) -> Any:
+        return self._make("unary_unary", method, request_serializer, response_deserializer)
+
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Any = None,
+        response_deserializer: Any = None,
+        _registered_method: Any = False,
+    ) -> Any:
+        return self._make("unary_stream", method, request_serializer, response_deserializer)
+
+    def stream_unary(
+        self,
+        method: str,
+        request_serializer: Any = None,
+        response_deserializer: Any = None,
+        _registered_method: Any = False,
+    ) -> Any:
+        return self._make("stream_unary", method, request_serializer, response_deserializer)
+
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Any = None,
+        response_deserializer: Any = None,
+        _registered_method: Any = False,
+    ) -> Any:
+        return self._make("stream_stream", method, request_serializer, response_deserializer)
