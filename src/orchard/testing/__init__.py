@@ -41,9 +41,10 @@ What the fake does (honestly):
   escaping link targets are refused. The directory starts empty (plus a
   :class:`FakeImage`'s ``files``): it is not the image's file system.
 - **Commands** run as real host subprocesses of the current user, with cwd
-  mapped into the sandbox's directory, env = a host ``PATH``, ``HOME`` = the
-  sandbox's directory, the sandbox's env, then the request's; per-call
-  timeouts kill the process group (``timed_out``), output caps
+  mapped into the sandbox's directory, env = a standard ``PATH`` (the host's
+  programs), ``HOME`` = the sandbox's directory, the sandbox's env, then the
+  request's (nothing else of the test process's env); per-call timeouts kill
+  the process group (``timed_out``), output caps
   (``truncated``), exit codes and signals, stdin streams, persistent bash
   sessions (cwd, variables, functions persist; interrupt) and KillAll over
   the commands the fake started.
