@@ -176,6 +176,35 @@ def test_sync_stream_cancel_stops_the_servicer(echo: tuple[Router, EchoServicer]
         next(call)
 
 
+def test_futures_keep_their_outcome_and_callbacks_never_block(
+    echo: tuple[Router, EchoServicer],
+) -> None:
+    m = _methods(FakeChannel(echo[0], ADDRESS))
+    failed = m["unary"].future(pb.TarChunk(data=b"fail"))
+    for _ in range(2):  # asked twice, the same failure
+        with pytest.raises(grpc.RpcError) as info:
+            failed.result(timeout=5)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert failed.exception(timeout=5).code() == grpc.StatusCode.INVALID_ARGUMENT
+    slow = m["unary"].future(pb.TarChunk(data=b"sleep"), timeout=0.5)
+    seen: list[grpc.StatusCode] = []
+    started = time.monotonic()
+    slow.add_done_callback(lambda call: seen.append(call.code()))
+    slow.add_done_callback(lambda call: seen.append(call.code()))
+    assert time.monotonic() - started < 0.2  # registering a callback does not wait
+    with pytest.raises(grpc.RpcError):
+        slow.result()
+    deadline = time.monotonic() + 5
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [grpc.StatusCode.DEADLINE_EXCEEDED] * 2
+    done = m["unary"].future(pb.TarChunk(data=b"ok"))
+    assert done.result(timeout=5).data == b"OK"
+    late: list[object] = []
+    done.add_done_callback(late.append)  # already done: called at once
+    assert late == [done]
+
+
 def test_unknown_address_and_method(echo: tuple[Router, EchoServicer]) -> None:
     router, _ = echo
     with pytest.raises(grpc.RpcError) as unavailable:

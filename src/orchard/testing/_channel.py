@@ -109,9 +109,10 @@ class _Call(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc,type-ar
         self._run = run
         self._deserialize = deserialize or (lambda b: b)
         self._streaming = streaming
-        self._lock = threading.Lock()
-        self._result: Any = None
-        self._have_result = False
+        self._result_lock = threading.Lock()
+        self._callback_lock = threading.Lock()
+        # (response, failed) once a unary call has ended.
+        self._outcome: tuple[Any, bool] | None = None
         self._callbacks: list[Callable[[Any], None]] = []
         self._watcher: threading.Thread | None = None
 
@@ -140,21 +141,25 @@ class _Call(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc,type-ar
     # ---- unary result ----------------------------------------------------------
 
     def _unary_result(self) -> Any:
-        with self._lock:
-            if self._have_result:
-                return self._result
-            item = self._run.next_blocking()
-            if isinstance(item, bytes):
-                self._result = self._deserialize(item)
-                end = self._run.next_blocking()
-                if isinstance(end, Status) and end.code != grpc.StatusCode.OK:
-                    self._result = None
-                    item = end
-            self._have_result = True
+        with self._result_lock:
+            if self._outcome is None:
+                item = self._run.next_blocking()
+                response, failed = None, True
+                if isinstance(item, bytes):
+                    response = self._deserialize(item)
+                    end = self._run.next_blocking()
+                    failed = isinstance(end, Status) and end.code != grpc.StatusCode.OK
+                self._outcome = (None if failed else response, failed)
         self._fire_callbacks()
-        if isinstance(item, Status):
+        response, failed = self._outcome
+        if failed:
             raise _failed(self._final_status())
-        return self._result
+        return response
+
+    def _finished(self) -> bool:
+        if self._streaming:
+            return self._run.status is not None
+        return self._outcome is not None
 
     def _final_status(self) -> Status:
         self._run.wait_finished(None)
@@ -227,8 +232,9 @@ class _Call(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc,type-ar
         return None if error is None else error.__traceback__
 
     def add_done_callback(self, fn: Callable[[Any], None]) -> None:
-        with self._lock:
-            if not self.done() or not self._have_result:
+        """Run ``fn(self)`` when the call ends (at once if it has); never blocks."""
+        with self._callback_lock:
+            if not self._finished():
                 self._callbacks.append(fn)
                 if self._watcher is None and not self._streaming:
                     self._watcher = threading.Thread(target=self._watch, daemon=True)
@@ -241,7 +247,7 @@ class _Call(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc,type-ar
             self._unary_result()
 
     def _fire_callbacks(self) -> None:
-        with self._lock:
+        with self._callback_lock:
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             fn(self)
