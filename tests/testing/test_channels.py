@@ -313,3 +313,84 @@ def test_aio_task_cancel_cancels_the_call(echo: tuple[Router, EchoServicer]) -> 
         assert await asyncio.to_thread(servicer.ended.wait, 5)
 
     asyncio.run(main())
+
+
+class _AioRecorder(
+    grpc.aio.UnaryUnaryClientInterceptor,
+    grpc.aio.UnaryStreamClientInterceptor,
+    grpc.aio.StreamUnaryClientInterceptor,
+    grpc.aio.StreamStreamClientInterceptor,
+):
+    """Adds a metadata entry and records each method with its final status."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[bytes, grpc.StatusCode]] = []
+
+    def _details(self, details: Any) -> Any:
+        metadata = (*(details.metadata or ()), ("x-traced", "1"))
+        return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, None, None)
+
+    async def _record(self, continuation: Any, details: Any, request: Any) -> Any:
+        call = await continuation(self._details(details), request)
+        call.add_done_callback(lambda _: None)
+        return call
+
+    intercept_unary_stream = _record
+    intercept_stream_stream = _record
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        call = await continuation(self._details(details), request)
+        try:
+            await call
+        finally:
+            self.seen.append((details.method, await call.code()))
+        return call
+
+    async def intercept_stream_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await self.intercept_unary_unary(continuation, details, request)
+
+
+class _Answering(grpc.aio.UnaryUnaryClientInterceptor):
+    """Answers 'cached' itself without calling on (what a caching interceptor does)."""
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if request.data == b"cached":
+            return pb.TarChunk(data=b"from cache")
+        return await continuation(details, request)
+
+
+def test_aio_interceptors_run_over_the_fake_channel(echo: tuple[Router, EchoServicer]) -> None:
+    router, servicer = echo
+    recorder = _AioRecorder()
+
+    async def main() -> None:
+        m = _methods(AsyncFakeChannel(router, ADDRESS, (recorder, _Answering())))
+        assert (await m["unary"](pb.TarChunk(data=b"hi"))).data == b"HI"
+        assert ("x-traced", "1") in servicer.seen_metadata[-1]
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await m["unary"](pb.TarChunk(data=b"fail"))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        cached = m["unary"](pb.TarChunk(data=b"cached"))
+        assert (await cached).data == b"from cache"
+        assert await cached.code() == grpc.StatusCode.OK
+        many = m["many"](pb.TarChunk(data=b"3"))
+        assert [c.data async for c in many] == [b"0", b"1", b"2"]
+        assert await many.code() == grpc.StatusCode.OK
+
+        async def chunks() -> Any:
+            for d in (b"a", b"b"):
+                yield pb.TarChunk(data=d)
+
+        assert (await m["join"](chunks())).data == b"ab"
+        both = m["both"]()
+        await both.write(pb.TarChunk(data=b"xy"))
+        await both.done_writing()
+        assert [c.data async for c in both] == [b"yx"]
+
+    asyncio.run(main())
+    assert recorder.seen == [
+        (f"/{SERVICE}/Unary".encode(), grpc.StatusCode.OK),
+        (f"/{SERVICE}/Unary".encode(), grpc.StatusCode.INVALID_ARGUMENT),
+        (f"/{SERVICE}/Unary".encode(), grpc.StatusCode.OK),
+        (f"/{SERVICE}/Join".encode(), grpc.StatusCode.OK),
+    ]

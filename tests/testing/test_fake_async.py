@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 
 from orchard import AsyncOrchard, AsyncSandbox, AsyncTransport, ExecStatus, OutputChunk, Transport
@@ -88,3 +92,50 @@ def test_one_fake_serves_both_faces(fake: FakeOrchard) -> None:
             return await box.read_file("/shared.txt")
 
     assert asyncio.run(main()) == b"from sync"
+
+
+class _Tracing(
+    grpc.aio.UnaryUnaryClientInterceptor,
+    grpc.aio.UnaryStreamClientInterceptor,
+    grpc.aio.StreamUnaryClientInterceptor,
+    grpc.aio.StreamStreamClientInterceptor,
+):
+    """A tracing-style interceptor: names every call, passes it on unchanged."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    async def _pass(self, continuation: Any, details: Any, request: Any) -> Any:
+        self.methods.append(details.method.decode().rsplit("/", 1)[1])
+        return await continuation(details, request)
+
+    intercept_unary_unary = _pass
+    intercept_unary_stream = _pass
+    intercept_stream_unary = _pass
+    intercept_stream_stream = _pass
+
+
+def test_aio_interceptors_on_the_async_client(fake: FakeOrchard, tmp_path: Path) -> None:
+    tracing = _Tracing()
+    (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "f").write_text("data")
+
+    async def main() -> None:
+        async with (
+            fake.async_client(interceptors=[tracing]) as client,
+            await client.sandboxes.create() as box,
+        ):
+            assert (await box.exec("echo hi")).stdout == b"hi\n"
+            chunks = [e async for e in box.exec_stream(["cat"], stdin=b"x")]
+            assert isinstance(chunks[-1], ExecStatus)
+            await box.write_file("/w", "v")
+            assert await box.read_file("/w") == b"v"
+            await box.upload(tmp_path / "up", "/up")
+            await box.download("/up", tmp_path / "down")
+            assert (tmp_path / "down" / "f").read_text() == "data"
+
+    asyncio.run(main())
+    assert tracing.methods == [
+        "CreateSandbox", "Run", "Exec", "WriteFile", "ReadFile", "Upload", "Download",
+        "DeleteSandbox",
+    ]  # fmt: skip

@@ -9,7 +9,8 @@
             sb.write_file("/work/a.py", "print(1)")
             assert sb.exec("python3 a.py", cwd="/work").stdout_text == "1\\n"
 
-``fake.transport()`` / ``fake.async_transport()`` are transports for
+``fake.transport()`` / ``fake.async_transport()`` (both take ``interceptors=``,
+sync or grpc.aio ones) are transports for
 ``Orchard(transport=...)`` / ``AsyncOrchard(transport=...)`` (httpx's
 ``MockTransport`` idea): the SDK runs unchanged, its stubs are built over
 channels (``grpc.Channel`` / ``grpc.aio.Channel`` subclasses) that route each
@@ -61,8 +62,7 @@ What the fake does NOT isolate or enforce:
   is never set by a real command), no network policy, no quotas, no TTL
   reaping, no warm pools; images are names (plus seed files), not root file
   systems. A process that leaves its process group (``setsid``) escapes
-  KillAll and delete. No message size limits; grpc.aio interceptors are not
-  applied by the async transport; the rewards service is not faked.
+  KillAll and delete. No message size limits; the rewards service is not faked.
 
 Failures are injected with ``fake.fail_next("Run")`` (an infrastructure
 failure by default) and ``fake.reap(sandbox_id)`` (the server deleted it).

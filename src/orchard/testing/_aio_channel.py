@@ -15,12 +15,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from typing import Any
 
 import grpc
 import grpc.aio
 
+from ._aio_intercept import INTERCEPTED_CALLS, for_kind
 from ._channel import as_metadata
 from ._router import ChannelFactories, Router
 from ._rpc import Deserializer, RpcRun, Serializer, Status
@@ -245,6 +254,8 @@ class _AioCall:
 
 
 class _UnaryResponse(_AioCall):
+    _awaited: asyncio.Future[Any] | None = None
+
     async def _response(self) -> Any:
         item = await self._next()
         if isinstance(item, Status):
@@ -256,7 +267,11 @@ class _UnaryResponse(_AioCall):
         return self._deserialize(item)  # type: ignore[arg-type]
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return self._response().__await__()
+        # Awaiting a call again (an interceptor awaits it, then its caller) gives the
+        # same response or error, as grpc.aio's calls do.
+        if self._awaited is None:
+            self._awaited = asyncio.ensure_future(self._response())
+        return self._awaited.__await__()
 
 
 class _StreamResponse(_AioCall):
@@ -298,6 +313,7 @@ class _MultiCallable:
     ``credentials``, ``wait_for_ready`` and ``compression`` mean nothing in process."""
 
     call_kind: type[_AioCall]
+    kind: str
     request_streaming = False
 
     def __init__(
@@ -315,6 +331,21 @@ class _MultiCallable:
     def __call__(
         self, request: Any = None, timeout: float | None = None, metadata: Any = None, **_: Any
     ) -> Any:
+        chain = for_kind(self._channel.interceptors, self.kind)
+        if chain:
+            # bytes, as grpc.aio's own channel gives it (its type stubs say str).
+            method: Any = self._method.encode()
+            details = grpc.aio.ClientCallDetails(method, timeout, metadata, None, None)
+            return INTERCEPTED_CALLS[self.kind](self.kind, chain, details, request, self._invoke)
+        return self._direct(self._method, request, timeout, metadata)
+
+    def _invoke(self, details: grpc.aio.ClientCallDetails, request: Any) -> _AioCall:
+        """The end of an interceptor chain: the call as the interceptors left its details."""
+        method = details.method
+        name = method.decode() if isinstance(method, bytes) else str(method)
+        return self._direct(name, request, details.timeout, details.metadata)
+
+    def _direct(self, method: str, request: Any, timeout: float | None, metadata: Any) -> _AioCall:
         ch = self._channel
         if not self.request_streaming:
             requests: Iterable[bytes] = [self._serialize(request)]
@@ -322,31 +353,28 @@ class _MultiCallable:
         else:
             requests = feed = _RequestFeed(asyncio.get_running_loop(), self._serialize, request)
         return self.call_kind(
-            ch.router,
-            ch.address,
-            self._method,
-            requests,
-            self._deserialize,
-            timeout,
-            metadata,
-            feed,
+            ch.router, ch.address, method, requests, self._deserialize, timeout, metadata, feed
         )
 
 
 class _UnaryUnary(_MultiCallable, grpc.aio.UnaryUnaryMultiCallable):  # type: ignore[misc,type-arg]
+    kind = "unary_unary"
     call_kind = UnaryUnaryCall
 
 
 class _UnaryStream(_MultiCallable, grpc.aio.UnaryStreamMultiCallable):  # type: ignore[misc,type-arg]
+    kind = "unary_stream"
     call_kind = UnaryStreamCall
 
 
 class _StreamUnary(_MultiCallable, grpc.aio.StreamUnaryMultiCallable):  # type: ignore[misc,type-arg]
+    kind = "stream_unary"
     call_kind = StreamUnaryCall
     request_streaming = True
 
 
 class _StreamStream(_MultiCallable, grpc.aio.StreamStreamMultiCallable):  # type: ignore[misc,type-arg]
+    kind = "stream_stream"
     call_kind = StreamStreamCall
     request_streaming = True
 
@@ -361,9 +389,10 @@ class AsyncFakeChannel(ChannelFactories, grpc.aio.Channel):  # type: ignore[misc
         "stream_stream": _StreamStream,
     }
 
-    def __init__(self, router: Router, address: str) -> None:
+    def __init__(self, router: Router, address: str, interceptors: Sequence[Any] = ()) -> None:
         self.router = router
         self.address = address
+        self.interceptors = tuple(interceptors)
         self.closed = False
 
     async def __aenter__(self) -> AsyncFakeChannel:

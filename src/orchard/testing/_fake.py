@@ -68,12 +68,13 @@ class AsyncFakeTransport:
     """The asyncio transport of a :class:`FakeOrchard` (``AsyncOrchard(transport=...)``).
 
     Channels are kept per event loop, like the real ``AsyncGrpcTransport``.
-    grpc.aio interceptors are not applied (grpc.aio only runs them inside its
-    own channels).
+    ``interceptors`` (grpc.aio client interceptors) run on every call, as in a
+    grpc.aio channel.
     """
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, interceptors: Sequence[Any] = ()) -> None:
         self._router = router
+        self._interceptors = tuple(interceptors)
         self._channels: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, AsyncFakeChannel]
         ] = weakref.WeakKeyDictionary()
@@ -82,7 +83,9 @@ class AsyncFakeTransport:
         per_loop = self._channels.setdefault(asyncio.get_running_loop(), {})
         channel = per_loop.get(address)
         if channel is None:
-            channel = per_loop[address] = AsyncFakeChannel(self._router, address)
+            channel = per_loop[address] = AsyncFakeChannel(
+                self._router, address, self._interceptors
+            )
         return channel
 
     async def close(self) -> None:
@@ -142,8 +145,8 @@ class FakeOrchard:
     def transport(self, *, interceptors: Sequence[Any] = ()) -> FakeTransport:
         return FakeTransport(self.router, interceptors)
 
-    def async_transport(self) -> AsyncFakeTransport:
-        return AsyncFakeTransport(self.router)
+    def async_transport(self, *, interceptors: Sequence[Any] = ()) -> AsyncFakeTransport:
+        return AsyncFakeTransport(self.router, interceptors)
 
     def client(self, *, api_key: str | None = None, **kwargs: Any) -> Orchard:
         """An :class:`orchard.Orchard` wired to this fake (endpoint and key filled in)."""
@@ -161,8 +164,12 @@ class FakeOrchard:
         """An :class:`orchard.AsyncOrchard` wired to this fake."""
         from orchard.client import AsyncOrchard
 
+        interceptors = kwargs.pop("interceptors", ())
         return AsyncOrchard(
-            self.endpoint, api_key or self.api_key, transport=self.async_transport(), **kwargs
+            self.endpoint,
+            api_key or self.api_key,
+            transport=self.async_transport(interceptors=interceptors),
+            **kwargs,
         )
 
     # ---- scripting and inspection -----------------------------------------------------
