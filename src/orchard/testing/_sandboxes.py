@@ -16,8 +16,9 @@ MAX_SESSIONS = 256
 @dataclass
 class SandboxRuntime:
     groups: ProcessGroups = field(default_factory=ProcessGroups)
+    # A session that died (timed out past SIGINT, shell exited) stays here and answers
+    # SESSION_DEAD; a closed one is removed and answers SESSION_NOT_FOUND.
     sessions: dict[str, ShellSession | ScriptedSession] = field(default_factory=dict)
-    ended: dict[str, str] = field(default_factory=dict)
 
 
 class SandboxRuntimes:
@@ -45,9 +46,6 @@ class SandboxRuntimes:
         with self._lock:
             session = runtime.sessions.get(session_id)
             if session is None:
-                why = runtime.ended.get(session_id)
-                if why is not None:
-                    raise precondition(f"session {session_id} has ended: {why}", "SESSION_DEAD")
                 raise not_found(
                     f"session {session_id[:80]!r} does not exist in sandbox {sandbox_id}",
                     "SESSION_NOT_FOUND",
@@ -59,7 +57,6 @@ class SandboxRuntimes:
         runtime = self.of(sandbox_id)
         with self._lock:
             session = runtime.sessions.pop(session_id, None)
-            runtime.ended[session_id] = "closed"
         if session is not None:
             session.close()
 
