@@ -1,6 +1,6 @@
-"""The fake answers like the real stack: the same scenarios through the same SDK, against
-``orchard up`` (real runc containers) and against ``FakeOrchard``, must end the same way
-(the same result, or the same exception class, gRPC code and reason).
+"""orchard.testing's fake answers like the real stack: the same scenarios through the same
+SDK, against ``orchard up`` (real runc containers) and against ``FakeOrchard``, must end
+the same way (the same result, or the same exception class, gRPC code and reason).
 
 Only what the fake promises to match is compared: refusals and their reasons, exit
 codes, signals, timeouts, caps, sessions, confined file calls. What it documents as
