@@ -10,8 +10,11 @@ different (the image's file system, isolation, limits) is not.
 from __future__ import annotations
 
 import io
+import os
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,10 +78,32 @@ SANDBOX_SCENARIOS: dict[str, Callable[[Sandbox], Any]] = {
         sb.exec("ln -s /data/secret link", cwd="/work"),
         sb.read_file("/work/link"),
     )[3],
+    "a tree round trip": lambda sb: _tree_round_trip(sb),
     "a session keeps state": lambda sb: _session_state(sb),
     "a closed session": lambda sb: _closed_session(sb),
     "a session interrupted by its timeout": lambda sb: _session_timeout(sb),
 }
+
+
+def _tree_round_trip(sb: Sandbox) -> Any:
+    """Files written, a link made by a command, the tree downloaded: what lands locally."""
+    sb.write_file("/work/tree/a.txt", "a")
+    sb.write_file("/work/tree/sub/b.bin", b"\x00\xff", mode=0o750)
+    sb.exec("ln -sf a.txt link", cwd="/work/tree")
+    with tempfile.TemporaryDirectory() as out:
+        sb.download("/work/tree", out)
+        listing = []
+        for path in sorted(Path(out).rglob("*")):
+            st = path.lstat()
+            content = (
+                os.readlink(path)
+                if path.is_symlink()
+                else path.read_bytes()
+                if path.is_file()
+                else ""
+            )
+            listing.append((str(path.relative_to(out)), oct(st.st_mode), content))
+        return listing
 
 
 def _session_state(sb: Sandbox) -> Any:
