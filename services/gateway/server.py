@@ -18,7 +18,7 @@ from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
 from orchard.common.quotas import QUOTA_FILE, QuotaFile
-from orchard.common.tokens import TokenSigner
+from orchard.common.tokens import Revocations, TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import KEY_FILE, ApiKeyAuth, ensure_dev_key
@@ -88,10 +88,10 @@ def _node_signer(home: Path) -> TokenSigner | None:
     """The node's token key when this gateway shares the node's home, so the proxy can
     refuse a forged token before asking the scheduler anything; else None (the executor
     still verifies every token)."""
-    try:
-        return TokenSigner(NodeLayout(home).token_key.read_bytes())
-    except OSError:
+    layout = NodeLayout(home)
+    if not (layout.token_keyring.exists() or layout.token_key.exists()):
         return None
+    return TokenSigner(layout.keyring_file(), Revocations(layout.revocations))
 
 
 async def start(settings: GatewaySettings) -> RunningGateway:
@@ -130,7 +130,7 @@ async def start(settings: GatewaySettings) -> RunningGateway:
     run = NodeLayout(settings.home).run
     running = RunningGateway(address, server, channel, service, proxy=proxy)
     if settings.http_listen is not None:
-        running.rest = await start_rest(settings.http_listen, address)
+        running.rest = await start_rest(settings.http_listen, address, service.auth.tenant_for)
         _write_address(run / "gateway-http.addr", running.rest.address)
     if settings.metrics_listen is not None:
         running.metrics_address = serve_metrics(
