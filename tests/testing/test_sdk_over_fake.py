@@ -127,6 +127,7 @@ def test_pools_and_images_through_the_client(client: Orchard) -> None:
     [pool] = client.pools.list()
     assert (pool.template, pool.image, pool.max) == ("py-small", "python:3.12", 4)
     assert client.pools.hint("py-small", 2, within=5).hinted == 2
+    assert client.pools.hint("py-small", 3).hinted == 3  # replaces the tenant's last hint
     with client.sandboxes.create(template="py-small") as sb:
         assert (sb.last_info.template, sb.last_info.image) == ("py-small", "python:3.12")
     [after] = client.pools.list()

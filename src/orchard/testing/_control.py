@@ -470,7 +470,7 @@ class FakePoolService:
 
     @refusals
     def Hint(self, request: pools_pb2.DemandHint, context: CallContext) -> pools_pb2.HintResponse:
-        self.world.tenant_for(context.invocation_metadata())
+        tenant = self.world.tenant_for(context.invocation_metadata())
         if not request.template:
             raise invalid("template: a template name is required")
         template = self.world.templates.get(request.template)
@@ -490,7 +490,7 @@ class FakePoolService:
                 f"within_seconds must be between 0 and {MAX_HINT_AHEAD_SECONDS}; got {within}"
             )
         with self.world.lock:
-            self.world.pool_counters[template.name].hinted += request.count
+            self.world.pool_counters[template.name].hints[tenant] = request.count
             return pools_pb2.HintResponse(pool=self._status(template.name))
 
 

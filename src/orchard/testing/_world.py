@@ -87,7 +87,12 @@ class PoolCounters:
     claimed: int = 0
     hits: int = 0
     misses: int = 0
-    hinted: int = 0
+    # One live hint per tenant (a new one replaces the last), as the real scheduler keeps.
+    hints: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def hinted(self) -> int:
+        return sum(self.hints.values())
 
 
 class World:
