@@ -1,0 +1,234 @@
+"""orchard.testing's fake answers like the real stack: the same scenarios through the same
+SDK, against ``orchard up`` (real runc containers) and against ``FakeOrchard``, must end
+the same way (the same result, or the same exception class, gRPC code and reason).
+
+Only what the fake promises to match is compared: refusals and their reasons, exit
+codes, signals, timeouts, caps, sessions, confined file calls. What it documents as
+different (the image's file system, isolation, limits) is not.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchard import Orchard, OrchardError, Sandbox
+from orchard._proto.orchard.v1 import executor_pb2
+from orchard.client._core import translate_errors
+from orchard.testing import FakeOrchard
+from tests.stack import REQUIRES_STACK, running_stack
+
+pytestmark = REQUIRES_STACK
+
+Outcome = tuple[Any, ...]
+
+
+def _outcome(fn: Callable[[], Any]) -> Outcome:
+    try:
+        return ("ok", fn())
+    except OrchardError as exc:
+        return ("error", type(exc).__name__, exc.code, exc.reason)
+
+
+def _exec(sb: Sandbox, cmd: Any, **kw: Any) -> Outcome:
+    r = sb.exec(cmd, **kw)
+    return (r.exit_code, r.status.signal, r.status.timed_out, r.status.truncated, r.stdout)
+
+
+SANDBOX_SCENARIOS: dict[str, Callable[[Sandbox], Any]] = {
+    "read a missing file": lambda sb: sb.read_file("/work/missing"),
+    "read above the root": lambda sb: sb.read_file("/work/../../x"),
+    "read a directory": lambda sb: sb.read_file("/"),
+    "write without parents": lambda sb: sb.write_file("/nope/deeper/x", "1", make_parents=False),
+    "write a bad mode": lambda sb: sb.write_file("/work/m", "1", mode=0o170000),
+    "write over a directory": lambda sb: (
+        sb.write_file("/work/d/x", "1"),
+        sb.write_file("/work/d", "2"),
+    ),
+    "write then read": lambda sb: (
+        sb.write_file("/work/f.txt", "hello", mode=0o600),
+        sb.read_file("/work/f.txt"),
+    ),
+    "exit code": lambda sb: _exec(sb, "exit 7"),
+    "killed by a signal": lambda sb: _exec(sb, "kill -TERM $$"),
+    "command not found": lambda sb: _exec(sb, ["no-such-binary-xyz"])[0],
+    "missing cwd": lambda sb: _exec(sb, "true", cwd="/no/such/dir")[0],
+    "relative cwd": lambda sb: (
+        sb.write_file("/work/rel/f", "x"),
+        _exec(sb, "cat f", cwd="work/rel"),
+    ),
+    "unknown user": lambda sb: sb.exec("true", user="no-such-user-xyz"),
+    "timeout": lambda sb: _exec(sb, "sleep 30", timeout=0.5)[:4],
+    "output cap": lambda sb: _exec(sb, "head -c 5000 /dev/zero", max_output_bytes=1000)[:4],
+    "stdin": lambda sb: sb.exec(["cat"], stdin=b"piped\x00bytes").stdout,
+    "a fifo is not a file": lambda sb: (
+        sb.exec("mkdir -p work && mkfifo work/fifo", cwd="/"),
+        sb.read_file("/work/fifo"),
+    )[1],
+    "an absolute link resolves in the sandbox": lambda sb: (
+        sb.write_file("/data/secret", "s"),
+        sb.write_file("/work/.keep", ""),
+        sb.exec("ln -s /data/secret link", cwd="/work"),
+        sb.read_file("/work/link"),
+    )[3],
+    "a tree round trip": lambda sb: _tree_round_trip(sb),
+    "a session keeps state": lambda sb: _session_state(sb),
+    "a closed session": lambda sb: _closed_session(sb),
+    "a session interrupted by its timeout": lambda sb: _session_timeout(sb),
+}
+
+
+def _tree_round_trip(sb: Sandbox) -> Any:
+    """Files written, a link made by a command, the tree downloaded: what lands locally."""
+    sb.write_file("/work/tree/a.txt", "a")
+    sb.write_file("/work/tree/sub/b.bin", b"\x00\xff", mode=0o750)
+    sb.exec("ln -sf a.txt link", cwd="/work/tree")
+    with tempfile.TemporaryDirectory() as out:
+        sb.download("/work/tree", out)
+        listing = []
+        for path in sorted(Path(out).rglob("*")):
+            st = path.lstat()
+            content = (
+                os.readlink(path)
+                if path.is_symlink()
+                else path.read_bytes()
+                if path.is_file()
+                else ""
+            )
+            listing.append((str(path.relative_to(out)), oct(st.st_mode), content))
+        return listing
+
+
+def _session_state(sb: Sandbox) -> Any:
+    with sb.session() as s:
+        s.run("cd /tmp && X=41 && f() { echo $((X + 1)); }")
+        return s.run("f; pwd").stdout
+
+
+def _closed_session(sb: Sandbox) -> Any:
+    s = sb.session()
+    s.close()
+    return s.run("true")
+
+
+def _session_timeout(sb: Sandbox) -> Any:
+    with sb.session() as s:
+        r = s.run("sleep 30", timeout=0.5)
+        return (r.status.timed_out, s.run("echo alive").stdout)
+
+
+def _tar(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, linkname, 0o644
+    data = b"x" if kind == tarfile.REGTYPE else b""
+    info.size = len(data)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _raw_upload(sb: Sandbox, data: bytes) -> Any:
+    """An Upload of hand-made tar bytes (the SDK only ever sends well-formed trees)."""
+    stub, access = sb._executor()
+    requests = iter(
+        [
+            executor_pb2.UploadRequest(
+                header=executor_pb2.UploadHeader(sandbox_id=sb.id, path="/work/up")
+            ),
+            executor_pb2.UploadRequest(data=data),
+        ]
+    )
+    with translate_errors():
+        return stub.Upload(requests, metadata=access.metadata).files
+
+
+TAR_SCENARIOS = {
+    "an absolute member": _tar("/etc/evil"),
+    "a climbing member": _tar("../../evil"),
+    "a symlink to an absolute path": _tar("ln", tarfile.SYMTYPE, "/etc/passwd"),
+    "a symlink climbing out": _tar("ln", tarfile.SYMTYPE, "../../../x"),
+    "a hard link out": _tar("hard", tarfile.LNKTYPE, "../outside"),
+    "a device node": _tar("dev", tarfile.CHRTYPE),
+    "a fifo": _tar("fifo", tarfile.FIFOTYPE),
+    "a plain file": _tar("ok.txt"),
+    "not a tar stream": b"definitely not a tar stream" * 30,
+}
+
+
+@pytest.mark.parametrize("name", list(TAR_SCENARIOS))
+def test_hostile_uploads_end_the_same(name: str, sandboxes: tuple[Sandbox, Sandbox]) -> None:
+    real, fake = sandboxes
+    data = TAR_SCENARIOS[name]
+    assert _outcome(lambda: _raw_upload(fake, data)) == _outcome(lambda: _raw_upload(real, data))
+
+
+CLIENT_SCENARIOS: dict[str, Callable[[Orchard], Any]] = {
+    "unknown sandbox": lambda c: c.sandboxes.connect("sb-doesnotexist0"),
+    "bad image name": lambda c: c.sandboxes.create(image="Bad Image!"),
+    "unknown image": lambda c: c.sandboxes.create(image="no-such-image-xyz"),
+    "ttl too long": lambda c: c.sandboxes.create(ttl=10**9),
+    "bad label": lambda c: c.sandboxes.create(labels={"bad key!": "v"}),
+    "bad env name": lambda c: c.sandboxes.create(env={"1BAD": "v"}),
+    "unknown template": lambda c: c.sandboxes.create(template="no-such-template"),
+    "delete twice": lambda c: _delete_twice(c),
+}
+
+
+def _delete_twice(c: Orchard) -> Any:
+    sb = c.sandboxes.create()
+    sb.delete()
+    sb.delete()
+    # The real stack answers once the record says DELETING (teardown goes on behind);
+    # the fake's delete is done at once. Both are "gone" to a client.
+    return c.sandboxes.connect(sb.id).last_info.state in ("deleting", "deleted")
+
+
+@pytest.fixture(scope="module")
+def deployments(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, str, FakeOrchard]]:
+    """The real stack's endpoint and key, and a fake."""
+    with running_stack(tmp_path_factory.mktemp("home")) as stack, FakeOrchard() as fake:
+        yield stack.endpoint, (stack.home / "dev-api-key").read_text().strip(), fake
+
+
+@pytest.fixture(scope="module")
+def clients(deployments: tuple[str, str, FakeOrchard]) -> Iterator[tuple[Orchard, Orchard]]:
+    endpoint, key, fake = deployments
+    with Orchard(endpoint, key) as real, fake.client() as faked:
+        yield real, faked
+
+
+@pytest.fixture(scope="module")
+def sandboxes(clients: tuple[Orchard, Orchard]) -> Iterator[tuple[Sandbox, Sandbox]]:
+    real, faked = clients
+    with real.sandboxes.create() as a, faked.sandboxes.create() as b:
+        yield a, b
+
+
+@pytest.mark.parametrize("name", list(SANDBOX_SCENARIOS))
+def test_sandbox_scenarios_end_the_same(name: str, sandboxes: tuple[Sandbox, Sandbox]) -> None:
+    real, fake = sandboxes
+    scenario = SANDBOX_SCENARIOS[name]
+    assert _outcome(lambda: scenario(fake)) == _outcome(lambda: scenario(real))
+
+
+@pytest.mark.parametrize("name", list(CLIENT_SCENARIOS))
+def test_client_scenarios_end_the_same(name: str, clients: tuple[Orchard, Orchard]) -> None:
+    real, fake = clients
+    scenario = CLIENT_SCENARIOS[name]
+    assert _outcome(lambda: scenario(fake)) == _outcome(lambda: scenario(real))
+
+
+def test_a_wrong_api_key_is_refused_the_same(deployments: tuple[str, str, FakeOrchard]) -> None:
+    endpoint, _, fake = deployments
+    with Orchard(endpoint, "wrong") as real, fake.client(api_key="wrong") as faked:
+        assert _outcome(faked.sandboxes.list) == _outcome(real.sandboxes.list)
