@@ -21,6 +21,7 @@ from pathlib import Path
 from orchard.common.layout import orchard_home
 from orchard.common.metrics import serve_metrics
 from orchard.common.process import start_service
+from orchard.common.tls import add_tls_arguments, tls_from_arguments
 
 from .in_sandbox import TOKEN_KEY_FILE, take_token_key
 from .server import serve
@@ -70,7 +71,9 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
         help="injected mode: serve only the sandbox this process runs in (RUN_DIR holds "
         "sandbox.json, init.sock and token.key)",
     )
+    add_tls_arguments(parser)
     args = parser.parse_args(argv)
+    tls = tls_from_arguments(parser, args)
     if args.in_sandbox is not None:
         run_dir: Path = args.in_sandbox
         return ExecutorSettings(
@@ -82,6 +85,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
             small_messages_per_second=args.small_messages_per_second,
             in_sandbox_run_dir=run_dir,
             token_key=take_token_key(run_dir / TOKEN_KEY_FILE),
+            tls=tls,
         )
     return ExecutorSettings(
         home=args.home or orchard_home(),
@@ -90,6 +94,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
         stream_idle_seconds=args.stream_idle_seconds,
         max_small_messages_per_stream=args.max_small_messages,
         small_messages_per_second=args.small_messages_per_second,
+        tls=tls,
     )
 
 

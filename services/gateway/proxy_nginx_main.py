@@ -5,7 +5,8 @@ it writes ``<home>/run/nginx/nginx.conf`` (``proxy_nginx.render_conf``), starts
 nginx in the foreground, waits until its port accepts connections, then
 prints the address on stdout (the readiness line ``orchard up`` waits for) and
 writes it to ``<home>/run/data-plane.addr``, where the SDK's proxy mode finds
-it. It stays nginx's parent: SIGTERM/SIGINT are passed on to nginx (fast
+it (``grpcs://host:port`` when nginx serves TLS: ``--tls-cert``/``--tls-key``;
+``--tls-upstream-ca`` makes it dial TLS executors). It stays nginx's parent: SIGTERM/SIGINT are passed on to nginx (fast
 shutdown; the stack is stopping), and when nginx exits so does this, with
 nginx's code, so ``orchard up`` restarts both on the same address.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import signal
 import socket
 import subprocess
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from orchard.common.layout import NodeLayout
 
-from .proxy_nginx import NginxMissingError, NginxPaths, nginx_binary, write_conf
+from .proxy_nginx import NginxMissingError, NginxPaths, NginxTLS, nginx_binary, write_conf
 
 READY_TIMEOUT_SECONDS = 20.0
 DATA_PLANE_ADDR_FILE = "data-plane.addr"
@@ -74,6 +76,10 @@ def _wait_listening(process: subprocess.Popen[bytes], address: str, paths: Nginx
         time.sleep(0.02)
 
 
+def _absolute(path: Path | None) -> Path | None:
+    return None if path is None else path.resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--home", type=Path, required=True)
@@ -82,7 +88,47 @@ def main(argv: list[str] | None = None) -> int:
         "--executor", action="append", required=True, help="a node executor's host:port"
     )
     parser.add_argument("--nginx", default=None, help="the nginx binary (default: on PATH)")
+    parser.add_argument(
+        "--tls-cert",
+        type=Path,
+        default=os.environ.get("ORCHARD_TLS_CERT") or None,
+        help="serve TLS with this PEM certificate (default $ORCHARD_TLS_CERT)",
+    )
+    parser.add_argument(
+        "--tls-key",
+        type=Path,
+        default=os.environ.get("ORCHARD_TLS_KEY") or None,
+        help="its key (default $ORCHARD_TLS_KEY)",
+    )
+    parser.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        default=os.environ.get("ORCHARD_TLS_CLIENT_CA") or None,
+        help="require client certificates from this CA (default $ORCHARD_TLS_CLIENT_CA)",
+    )
+    parser.add_argument(
+        "--tls-upstream-ca",
+        type=Path,
+        default=os.environ.get("ORCHARD_TLS_UPSTREAM_CA") or None,
+        help="the executors serve TLS with certificates from this CA "
+        "(default $ORCHARD_TLS_UPSTREAM_CA; none: plaintext executors)",
+    )
+    parser.add_argument(
+        "--tls-upstream-name",
+        default="localhost",
+        help="the DNS name the executors' certificate must carry (default localhost)",
+    )
     args = parser.parse_args(argv)
+    try:
+        tls = NginxTLS(
+            cert_file=_absolute(args.tls_cert),
+            key_file=_absolute(args.tls_key),
+            client_ca_file=_absolute(args.tls_client_ca),
+            upstream_ca_file=_absolute(args.tls_upstream_ca),
+            upstream_name=args.tls_upstream_name,
+        )
+    except ValueError as err:
+        parser.error(str(err))
     try:
         binary = nginx_binary(args.nginx)
     except NginxMissingError as err:
@@ -91,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     layout = NodeLayout(args.home)
     paths = NginxPaths(layout.run / "nginx", args.home / "logs")
     address = _free_address(args.listen)
-    conf = write_conf(address, args.executor, paths)
+    conf = write_conf(address, args.executor, paths, tls)
     process = subprocess.Popen(
         [binary, "-c", str(conf), "-p", str(paths.root), "-e", str(paths.error_log)],
         stdin=subprocess.DEVNULL,
@@ -111,9 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     _wait_listening(process, address, paths)
     addr_file = layout.run / DATA_PLANE_ADDR_FILE
     staged = addr_file.with_name(addr_file.name + ".tmp")
-    staged.write_text(address + "\n")
+    # The SDK reads the scheme: grpcs:// when clients must speak TLS to nginx.
+    staged.write_text(("grpcs://" if tls.serves_tls else "") + address + "\n")
     staged.replace(addr_file)  # readers never see it half-written
-    print(address, flush=True)
+    print(("grpcs://" if tls.serves_tls else "") + address, flush=True)
     code = process.wait()
     # Only an orderly stop takes the address away: when nginx dies, orchard up
     # restarts us on the same address, and clients reading the file meanwhile
