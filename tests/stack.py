@@ -81,11 +81,14 @@ def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> str:
 
 
 @contextmanager
-def running_stack(home: Path) -> Iterator[Stack]:
-    """``orchard up --port 0`` in ``home``; stopped (SIGTERM, by its pid) on exit."""
+def running_stack(home: Path, *up_args: str) -> Iterator[Stack]:
+    """``orchard up --port 0 [up_args]`` in ``home``; stopped (SIGTERM, by its pid) on exit."""
     env = {**os.environ, "ORCHARD_HOME": str(home), "ORCHARD_IMAGES_DIR": str(IMAGES_DIR)}
     process = subprocess.Popen(
-        [*ORCHARD, "up", "--port", "0"], env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        [*ORCHARD, "up", "--port", "0", *up_args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
     )
     try:
         endpoint = _read_until_ready(process, 60)
