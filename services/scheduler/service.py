@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from importlib.metadata import version as _package_version
 from typing import Any
 
 import grpc
@@ -33,10 +34,11 @@ from .network_policies import NetworkUpdatingBackend, policy_from_proto, policy_
 from .pool_filler import PoolFiller
 from .status import reports_errors
 from .store import USABLE_STATES, SandboxRecord, State
-from .tenant_quota import check_create_quota, remember_call_quota
+from .tenant_quota import COUNTED_STATES, call_quota, check_create_quota, remember_call_quota
 from .validation import validate_create, validate_labels, validate_template_request
 
 TENANT_KEY = "orchard-tenant"
+SERVER_VERSION = _package_version("orchard-env")
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -240,6 +242,27 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
                 )
                 for i in images
             ]
+        )
+
+    async def GetTenant(
+        self, request: sandbox_pb2.GetTenantRequest, context: Context
+    ) -> sandbox_pb2.TenantView:
+        """The caller's own view: its quota (as the gateway sent it) and what it uses now."""
+        tenant = tenant_of(context)
+        quota = call_quota()
+        live, cpu, memory = self.lifecycle.store.usage(tenant, COUNTED_STATES)
+        return sandbox_pb2.TenantView(
+            tenant=tenant,
+            quota=sandbox_pb2.TenantQuota(
+                max_sandboxes=quota.max_sandboxes,
+                max_cpu_millis=quota.max_cpu_millis,
+                max_memory_bytes=quota.max_memory_bytes,
+                create_rate=quota.create_rate,
+                create_burst=quota.create_burst,
+                max_execs=quota.max_execs,
+            ),
+            usage=sandbox_pb2.TenantUsage(sandboxes=live, cpu_millis=cpu, memory_bytes=memory),
+            server_version=SERVER_VERSION,
         )
 
 

@@ -14,8 +14,7 @@ import pytest
 from orchard.executor import oom
 from orchard.executor.auth import CallAuthorizer
 
-from orchard._proto.orchard.v1 import executor_pb2_grpc
-from orchard.client import _channels
+from orchard.client import Orchard
 from orchard.common.errors import ServiceError
 from orchard.common.tokens import TokenClaims, TokenSigner
 
@@ -115,10 +114,11 @@ def test_oom_counter_survives_its_cgroup_being_removed_and_recreated() -> None:
 
 
 def test_sdk_stubs_are_built_once_per_address() -> None:
-    make = executor_pb2_grpc.ExecutorServiceStub
-    first = _channels.sync_stub("127.0.0.1:1", make)
-    assert _channels.sync_stub("127.0.0.1:1", make) is first
-    assert _channels.sync_stub("127.0.0.1:2", make) is not first
-    _channels.close_all()
-    assert _channels.sync_stub("127.0.0.1:1", make) is not first
-    _channels.close_all()
+    client = Orchard("127.0.0.1:1", "key")
+    first = client._executor("127.0.0.1:1")
+    assert client._executor("127.0.0.1:1") is first
+    assert client._executor("127.0.0.1:2") is not first
+    assert client.transport.channel("127.0.0.1:1") is client.transport.channel("127.0.0.1:1")
+    client.close()
+    assert client._executor("127.0.0.1:1") is not first
+    client.close()

@@ -69,8 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(parser, argv)
-    if args.data_plane:
-        os.environ["ORCHARD_DATA_PLANE"] = args.data_plane  # read by ClientConfig.resolve
     try:
         code: int = args.run(args)
     except BrokenPipeError:
