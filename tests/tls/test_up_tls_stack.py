@@ -11,7 +11,9 @@ refused by the same stack.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,11 +23,18 @@ from pathlib import Path
 import grpc
 import pytest
 
+from orchard import (
+    TLS,
+    AsyncOrchard,
+    InvalidRequestError,
+    Orchard,
+    ServiceUnavailableError,
+)
 from orchard._proto.orchard.v1 import executor_pb2 as epb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as epb_grpc
 from orchard._proto.orchard.v1 import sandbox_pb2 as spb
 from orchard._proto.orchard.v1 import sandbox_pb2_grpc as spb_grpc
-from orchard.client._tls import TLS, parse_endpoint
+from orchard.client._tls import parse_endpoint
 from orchard.common.local_ca import cert_pem, make_ca
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
@@ -164,3 +173,77 @@ def test_plaintext_and_a_foreign_ca_are_refused(
         with _channel(endpoint, tls) as channel, pytest.raises(grpc.RpcError) as caught:
             _run(channel, sandbox, "never")
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, (where, tls, caught.value)  # type: ignore[attr-defined]
+
+
+# ---- the SDK's client object over the same stack -------------------------------------
+
+
+@pytest.fixture
+def home_env(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    """The environment a user of this stack has: only ORCHARD_HOME (no endpoint, no CA)."""
+    for name in list(os.environ):
+        if name.startswith(("ORCHARD_ENDPOINT", "ORCHARD_API_KEY", "ORCHARD_TLS_", "ORCHARD_DATA")):
+            monkeypatch.delenv(name)
+        if name == "ORCHARD_REWARDS_ENDPOINT":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("ORCHARD_HOME", str(stack.home))
+    return stack
+
+
+@pytest.mark.parametrize("data_plane", ["direct", "proxy"])
+def test_the_client_finds_the_endpoint_and_ca_in_the_home(home_env: Stack, data_plane: str) -> None:
+    """Direct: the executor over TLS (ExecutorAccess.tls); proxy: nginx over TLS
+    (run/data-plane.addr says grpcs://)."""
+    with Orchard(data_plane=data_plane) as client:
+        assert client.config.endpoint == home_env.endpoint and client.config.tls is not None
+        with client.sandboxes.create() as sb:
+            sb.write_file("/tmp/t.txt", b"secret")
+            result = sb.exec("cat /tmp/t.txt")
+            assert (result.exit_code, result.stdout) == (0, b"secret")
+
+
+def test_explicit_tls_turns_a_bare_endpoint_secure(home_env: Stack, sandbox: spb.Sandbox) -> None:
+    bare = home_env.endpoint.removeprefix("grpcs://")
+    key = (home_env.home / "dev-api-key").read_text().strip()
+    tls = TLS(ca=(home_env.home / "run" / "ca.pem").read_bytes())
+    with Orchard(bare, key, tls=tls) as client:
+        assert client.config.endpoint == home_env.endpoint
+        assert sandbox.id in {s.id for s in client.sandboxes.list()}
+
+
+def test_an_explicit_endpoint_does_not_trust_the_home_ca(home_env: Stack) -> None:
+    """Given an endpoint of its own, the client trusts the system's roots, which do not
+    know the stack's local CA: refused, as infrastructure."""
+    key = (home_env.home / "dev-api-key").read_text().strip()
+    with Orchard(home_env.endpoint, key) as client, pytest.raises(ServiceUnavailableError):
+        client.sandboxes.list()
+
+
+def test_the_async_client_over_tls(home_env: Stack) -> None:
+    async def main() -> tuple[int, bytes]:
+        async with AsyncOrchard() as client:
+            sb = await client.sandboxes.create()
+            try:
+                result = await sb.exec("echo async")
+                return result.exit_code, result.stdout
+            finally:
+                await sb.delete()
+
+    assert asyncio.run(main()) == (0, b"async\n")
+
+
+def test_rewards_over_tls_both_ways(home_env: Stack) -> None:
+    """Client -> rewards (grpcs:// in run/rewards.addr) and rewards -> gateway (the key
+    check) are both TLS; an unknown template is the service's own answer."""
+    with Orchard() as client, pytest.raises(InvalidRequestError, match="template"):
+        client.rewards.judge("no-such-template", {"x": "y"})
+
+
+def test_the_cli_over_tls(home_env: Stack) -> None:
+    created = home_env.cli("create", check=True)
+    sid = created.stdout.strip()
+    try:
+        out = home_env.cli("exec", sid, "--", "echo", "cli", check=True)
+        assert out.stdout == "cli\n"
+    finally:
+        home_env.cli("rm", sid)

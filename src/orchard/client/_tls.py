@@ -184,6 +184,36 @@ def resolve_tls(
     return TLS()
 
 
+def resolve_endpoint(
+    endpoint: str,
+    tls: TLS | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    home: Path | None = None,
+) -> tuple[str, TLS | None]:
+    """A client's endpoint as the transport is given it (``grpcs://host:port`` when TLS is on,
+    a bare ``host:port`` or ``unix:`` path when not) and its TLS settings. An explicit ``tls=``
+    turns TLS on for a bare ``host:port``; with ``grpc://`` written out it is a contradiction
+    (ConfigurationError)."""
+    parsed = parse_endpoint(endpoint)
+    if tls is not None and not parsed.tls and "://" not in endpoint and parsed.scheme != "unix":
+        parsed = Endpoint(parsed.target, True, "grpcs")
+    return str(parsed), resolve_tls(parsed, tls, environ=environ, home=home)
+
+
+def with_scheme(address: str, tls: bool) -> str:
+    """A data-plane address (``ExecutorAccess.address``) as the transport is given it."""
+    return f"grpcs://{address}" if tls else address
+
+
+def split_address(address: str) -> tuple[str, bool]:
+    """What a transport dials for ``address`` and whether with TLS: ``grpcs://`` is TLS,
+    ``grpc://``, a bare ``host:port`` and ``unix:`` are not."""
+    if address.startswith("grpcs://"):
+        return address[len("grpcs://") :], True
+    return address.removeprefix("grpc://"), False
+
+
 def secure_channel(
     endpoint: Endpoint, tls: TLS, options: list[tuple[str, object]] | None = None
 ) -> grpc.Channel:
@@ -195,4 +225,14 @@ def secure_channel(
     )
 
 
-__all__ = ["TLS", "Endpoint", "PemSource", "parse_endpoint", "resolve_tls", "secure_channel"]
+__all__ = [
+    "TLS",
+    "Endpoint",
+    "PemSource",
+    "parse_endpoint",
+    "resolve_endpoint",
+    "resolve_tls",
+    "secure_channel",
+    "split_address",
+    "with_scheme",
+]
