@@ -21,7 +21,8 @@ from pathlib import Path
 from orchard.common.layout import orchard_home
 from orchard.common.metrics import serve_metrics
 from orchard.common.process import start_service
-from orchard.common.tls import add_tls_arguments, tls_from_arguments
+from orchard.common.tls import tls_from_arguments
+from orchard.common.tls_args import add_tls_arguments
 
 from .in_sandbox import TOKEN_KEY_FILE, take_token_key
 from .server import serve

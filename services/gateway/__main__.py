@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from pathlib import Path
 
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
-from orchard.common.tls import add_tls_arguments, tls_from_arguments
+from orchard.common.tls import tls_from_arguments
+from orchard.common.tls_args import add_tls_arguments, upstream_ca
 
 from .server import serve
 from .settings import GatewaySettings
@@ -55,13 +55,8 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
         action="store_true",
         help="do not serve ExecutorService (clients must reach the node executors directly)",
     )
-    add_tls_arguments(parser)
-    parser.add_argument(
-        "--tls-upstream-ca",
-        type=Path,
-        default=os.environ.get("ORCHARD_TLS_UPSTREAM_CA") or None,
-        help="the CA of TLS node executors' certificates (default $ORCHARD_TLS_UPSTREAM_CA; "
-        "none: the system's roots)",
+    add_tls_arguments(
+        parser, upstream="the CA of TLS node executors' certificates (none: the system's roots)"
     )
     args = parser.parse_args(argv)
     tls = tls_from_arguments(parser, args)
@@ -77,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
         create_slots=args.create_slots,
         data_plane_proxy=not args.no_data_plane_proxy,
         tls=tls,
-        upstream_ca=args.tls_upstream_ca,
+        upstream_ca=upstream_ca(args),
     )
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 from orchard.common.layout import NodeLayout
+from orchard.common.tls_args import add_tls_arguments, tls_paths, upstream_ca
 
 from .proxy_nginx import NginxMissingError, NginxPaths, NginxTLS, nginx_binary, write_conf
 
@@ -88,30 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         "--executor", action="append", required=True, help="a node executor's host:port"
     )
     parser.add_argument("--nginx", default=None, help="the nginx binary (default: on PATH)")
-    parser.add_argument(
-        "--tls-cert",
-        type=Path,
-        default=os.environ.get("ORCHARD_TLS_CERT") or None,
-        help="serve TLS with this PEM certificate (default $ORCHARD_TLS_CERT)",
-    )
-    parser.add_argument(
-        "--tls-key",
-        type=Path,
-        default=os.environ.get("ORCHARD_TLS_KEY") or None,
-        help="its key (default $ORCHARD_TLS_KEY)",
-    )
-    parser.add_argument(
-        "--tls-client-ca",
-        type=Path,
-        default=os.environ.get("ORCHARD_TLS_CLIENT_CA") or None,
-        help="require client certificates from this CA (default $ORCHARD_TLS_CLIENT_CA)",
-    )
-    parser.add_argument(
-        "--tls-upstream-ca",
-        type=Path,
-        default=os.environ.get("ORCHARD_TLS_UPSTREAM_CA") or None,
-        help="the executors serve TLS with certificates from this CA "
-        "(default $ORCHARD_TLS_UPSTREAM_CA; none: plaintext executors)",
+    add_tls_arguments(
+        parser, upstream="dial the executors with TLS, trusting this CA (none: plaintext executors)"
     )
     parser.add_argument(
         "--tls-upstream-name",
@@ -120,11 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        cert, key, client_ca = (_absolute(p) for p in tls_paths(args))
         tls = NginxTLS(
-            cert_file=_absolute(args.tls_cert),
-            key_file=_absolute(args.tls_key),
-            client_ca_file=_absolute(args.tls_client_ca),
-            upstream_ca_file=_absolute(args.tls_upstream_ca),
+            cert_file=cert,
+            key_file=key,
+            client_ca_file=client_ca,
+            upstream_ca_file=_absolute(upstream_ca(args)),
             upstream_name=args.tls_upstream_name,
         )
     except ValueError as err:

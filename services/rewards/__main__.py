@@ -14,7 +14,8 @@ from pathlib import Path
 
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
-from orchard.common.tls import add_tls_arguments, tls_from_arguments
+from orchard.common.tls import tls_from_arguments
+from orchard.common.tls_args import add_tls_arguments
 
 from .server import serve
 from .settings import RewardSettings

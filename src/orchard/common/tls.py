@@ -3,7 +3,7 @@
 Each service's settings dataclass holds a :class:`ServerTLS` (or None: plaintext), read
 from its ``--tls-cert`` / ``--tls-key`` / ``--tls-client-ca`` flags or, when a flag is
 absent, from ``ORCHARD_TLS_CERT`` / ``ORCHARD_TLS_KEY`` / ``ORCHARD_TLS_CLIENT_CA``
-(:func:`add_tls_arguments`, :func:`tls_from_arguments`). From it come the gRPC
+(``tls_args.add_tls_arguments``, :func:`tls_from_arguments`). From it come the gRPC
 server credentials (:meth:`ServerTLS.grpc_credentials`) and, for the gateway's REST
 front (aiohttp), an :class:`ssl.SSLContext` (:meth:`ServerTLS.ssl_context`).
 
@@ -33,9 +33,8 @@ from typing import Any
 
 import grpc
 
-ENV_CERT = "ORCHARD_TLS_CERT"
-ENV_KEY = "ORCHARD_TLS_KEY"
-ENV_CLIENT_CA = "ORCHARD_TLS_CLIENT_CA"
+from .tls_args import ENV_CERT, ENV_CLIENT_CA, ENV_KEY, add_tls_arguments, tls_paths
+
 SECURE_SCHEME = "grpcs://"
 PLAIN_SCHEME = "grpc://"
 
@@ -137,31 +136,12 @@ def server_tls(
     return ServerTLS.load(Path(cert), Path(key), Path(client_ca) if client_ca else None)
 
 
-def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--tls-cert``, ``--tls-key``, ``--tls-client-ca`` (defaults from the environment)."""
-    parser.add_argument(
-        "--tls-cert",
-        type=Path,
-        default=None,
-        help=f"serve TLS with this PEM certificate chain (default ${ENV_CERT}; none: plaintext)",
-    )
-    parser.add_argument(
-        "--tls-key", type=Path, default=None, help=f"its PEM private key (default ${ENV_KEY})"
-    )
-    parser.add_argument(
-        "--tls-client-ca",
-        type=Path,
-        default=None,
-        help=f"require client certificates issued by this CA: mutual TLS (default ${ENV_CLIENT_CA})",
-    )
-
-
 def tls_from_arguments(
     parser: argparse.ArgumentParser, args: argparse.Namespace
 ) -> ServerTLS | None:
     """The TLS settings :func:`add_tls_arguments` parsed; a bad set is a usage error."""
     try:
-        return server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
+        return server_tls(*tls_paths(args))
     except TLSConfigError as err:
         parser.error(str(err))
 
