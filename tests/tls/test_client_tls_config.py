@@ -88,3 +88,8 @@ def test_server_name_becomes_the_target_name_override() -> None:
         ("grpc.ssl_target_name_override", "gw.internal")
     ]
     assert TLS().channel_options() == []
+
+
+def test_a_key_given_as_pem_never_shows_in_a_repr() -> None:
+    tls = TLS(cert=b"-----BEGIN CERTIFICATE-----", key=b"-----BEGIN PRIVATE KEY-----secret")
+    assert "secret" not in repr(tls) and "PRIVATE" not in repr(tls)

@@ -100,3 +100,10 @@ def test_nginx_tls_refuses_what_could_break_the_conf(tmp_path: Path) -> None:
         NginxTLS(upstream_ca_file=Path("/ca.pem"), upstream_name="x; include /etc")
     with pytest.raises(ValueError, match="both"):
         NginxTLS(cert_file=Path("/c.pem"))
+
+
+def test_the_private_key_never_shows_in_a_repr(tmp_path: Path) -> None:
+    certs = make_certs(tmp_path)
+    tls = ServerTLS.load(certs.server.cert, certs.server.key)
+    assert b"PRIVATE KEY" in tls.key_pem
+    assert "PRIVATE" not in repr(tls) and str(certs.server.key) in repr(tls)

@@ -239,6 +239,17 @@ def test_rewards_over_tls_both_ways(home_env: Stack) -> None:
         client.rewards.judge("no-such-template", {"x": "y"})
 
 
+def test_a_grade_runs_its_sandbox_through_the_tls_gateway(home_env: Stack) -> None:
+    """The rewards service's own SDK client creates the grading sandbox over grpcs://
+    (trusting ORCHARD_TLS_CA, which orchard up --tls sets for it) and execs over TLS."""
+    samples = Path(__file__).parents[2] / "recipes" / "swe" / "samples"
+    row = json.loads((samples / "instances.jsonl").read_text().splitlines()[0])
+    gold = (samples / "calc_divide" / "gold.patch").read_text()
+    with Orchard() as client:
+        report = client.rewards.grade(row, gold)
+    assert (report.kind, report.resolved) == ("graded", True), report.reason
+
+
 def test_the_cli_over_tls(home_env: Stack) -> None:
     created = home_env.cli("create", check=True)
     sid = created.stdout.strip()

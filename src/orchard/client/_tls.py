@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -123,8 +123,8 @@ class TLS:
     """The CA(s) to trust: a PEM file or PEM bytes; None = the system's roots."""
     cert: PemSource | None = None
     """A client certificate chain for mutual TLS (with ``key``)."""
-    key: PemSource | None = None
-    """The client certificate's private key."""
+    key: PemSource | None = field(default=None, repr=False)
+    """The client certificate's private key (kept out of the repr: it may be the PEM itself)."""
     server_name: str | None = None
     """Check the server's certificate against this name instead of the host dialled."""
 

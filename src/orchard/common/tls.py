@@ -27,7 +27,7 @@ import argparse
 import os
 import ssl
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +66,10 @@ class ServerTLS:
     """PEM private key of the leaf (``tls.key``)."""
     client_ca_file: Path | None = None
     """PEM CA bundle; set, every client must present a certificate it issued (mutual TLS)."""
-    cert_pem: bytes = b""
-    key_pem: bytes = b""
-    client_ca_pem: bytes | None = None
+    cert_pem: bytes = field(default=b"", repr=False)
+    key_pem: bytes = field(default=b"", repr=False)
+    """Never in a repr: settings are logged, the private key must not be."""
+    client_ca_pem: bytes | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, cert_file: Path, key_file: Path, client_ca_file: Path | None = None) -> ServerTLS:
