@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +40,8 @@ class Stack:
     home: Path
     process: subprocess.Popen[bytes]
     endpoint: str
+    output: str = ""
+    """What ``orchard up`` printed up to (and with) its endpoint line."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -63,7 +65,7 @@ class Stack:
         return result
 
 
-def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> str:
+def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> tuple[str, str]:
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
     buffer = b""
@@ -76,14 +78,22 @@ def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> str:
             buffer += data
             for line in buffer.decode().splitlines():
                 if line.startswith("Orchard is up. Endpoint: "):
-                    return line.rsplit(" ", 1)[1]
+                    return line.rsplit(" ", 1)[1], buffer.decode()
     raise AssertionError(f"orchard up did not come up: {buffer.decode()}")
 
 
 @contextmanager
-def running_stack(home: Path, *up_args: str) -> Iterator[Stack]:
-    """``orchard up --port 0 [up_args]`` in ``home``; stopped (SIGTERM, by its pid) on exit."""
-    env = {**os.environ, "ORCHARD_HOME": str(home), "ORCHARD_IMAGES_DIR": str(IMAGES_DIR)}
+def running_stack(
+    home: Path, extra_env: dict[str, str] | None = None, up_args: Sequence[str] = ()
+) -> Iterator[Stack]:
+    """``orchard up --port 0 [up_args]`` in ``home`` (``extra_env`` added to its environment);
+    stopped (SIGTERM, by its pid) on exit."""
+    env = {
+        **os.environ,
+        "ORCHARD_HOME": str(home),
+        "ORCHARD_IMAGES_DIR": str(IMAGES_DIR),
+        **(extra_env or {}),
+    }
     process = subprocess.Popen(
         [*ORCHARD, "up", "--port", "0", *up_args],
         env=env,
@@ -91,8 +101,8 @@ def running_stack(home: Path, *up_args: str) -> Iterator[Stack]:
         stdin=subprocess.DEVNULL,
     )
     try:
-        endpoint = _read_until_ready(process, 60)
-        yield Stack(home, process, endpoint)
+        endpoint, output = _read_until_ready(process, 60)
+        yield Stack(home, process, endpoint, output)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -22,7 +22,7 @@ from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 from orchard.common.errors import invalid
 from orchard.common.observability import ServerObservability
 from orchard.common.tls import add_port
-from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.tokens import Keyring, Revocations, TokenVerifier, decode_sandbox_keys
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import CallAuthorizer
@@ -53,7 +53,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
     """ExecutorService: exec, sessions (and files, through the file service)."""
 
-    def __init__(self, settings: ExecutorSettings, signer: TokenSigner) -> None:
+    def __init__(self, settings: ExecutorSettings, signer: TokenVerifier) -> None:
         self._authorizer = CallAuthorizer(signer)
         self._sandboxes: SandboxLocator = (
             SingleSandbox(settings.in_sandbox_run_dir)
@@ -252,6 +252,22 @@ async def _pump_requests(
         stream.fail(exc)
 
 
+def token_verifier(settings: ExecutorSettings) -> TokenVerifier:
+    """How this executor checks tokens. Node mode: the node's keyring and the tenants'
+    revocations. Injected mode: what ``run/token.key`` held, which is this sandbox's own
+    keys (local injected runtime: JSON from ``tokens.encode_sandbox_keys``) or, from the
+    Helm chart's Secret, the deployment's single key (raw bytes, key id ``k0``)."""
+    if settings.token_key is None:
+        layout = settings.layout
+        return TokenVerifier(
+            keyring=layout.keyring_file(), revocations=Revocations(layout.revocations)
+        )
+    if settings.token_key.lstrip().startswith(b"{"):
+        sandbox_id, keys = decode_sandbox_keys(settings.token_key)
+        return TokenVerifier.for_sandbox(sandbox_id, keys)
+    return TokenVerifier(keyring=Keyring.single(settings.token_key))
+
+
 def server_options(settings: ExecutorSettings) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
@@ -262,9 +278,7 @@ def server_options(settings: ExecutorSettings) -> list[tuple[str, Any]]:
 
 async def start_server(settings: ExecutorSettings) -> tuple[grpc.aio.Server, str, ExecutorServicer]:
     """Start serving; returns the server, its bound address and the servicer."""
-    key = settings.token_key
-    signer = TokenSigner(key if key is not None else load_or_create_key(settings.token_key_path))
-    servicer = ExecutorServicer(settings, signer)
+    servicer = ExecutorServicer(settings, token_verifier(settings))
     server = grpc.aio.server(
         options=server_options(settings),
         interceptors=[UndecodableRequests(), ServerObservability("executor")],

@@ -41,8 +41,9 @@ class ExecutorSettings:
     sandbox.json, init.sock and executor.addr are in this folder (``/.orchard/run``);
     None = node mode (every sandbox under ``home``)."""
     token_key: bytes | None = None
-    """The token key itself, already read (injected mode reads it and removes the
-    file before any sandbox code can run); None = read ``token_key_path``."""
+    """Injected mode: what ``run/token.key`` held, already read (the executor reads it and
+    removes the file before any sandbox code can run): this sandbox's own token keys;
+    None = node mode (the node's keyring, ``secrets/token-keys.json``)."""
     tls: ServerTLS | None = None
     """Serve TLS on a TCP ``listen`` (``--tls-cert``/``--tls-key``/``--tls-client-ca`` or
     ``$ORCHARD_TLS_CERT``/``$ORCHARD_TLS_KEY``/``$ORCHARD_TLS_CLIENT_CA``): data-plane tokens
@@ -53,10 +54,6 @@ class ExecutorSettings:
     @property
     def layout(self) -> NodeLayout:
         return NodeLayout(self.home)
-
-    @property
-    def token_key_path(self) -> Path:
-        return self.layout.token_key
 
     @property
     def address_file(self) -> Path:

@@ -21,7 +21,7 @@ from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
 from orchard.common.quotas import QUOTA_FILE, QuotaFile
 from orchard.common.tls import add_port, scheme_address, upstream_credentials
-from orchard.common.tokens import TokenSigner
+from orchard.common.tokens import Revocations, TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import KEY_FILE, ApiKeyAuth, ensure_dev_key
@@ -95,10 +95,10 @@ def _node_signer(home: Path) -> TokenSigner | None:
     """The node's token key when this gateway shares the node's home, so the proxy can
     refuse a forged token before asking the scheduler anything; else None (the executor
     still verifies every token)."""
-    try:
-        return TokenSigner(NodeLayout(home).token_key.read_bytes())
-    except OSError:
+    layout = NodeLayout(home)
+    if not (layout.token_keyring.exists() or layout.token_key.exists()):
         return None
+    return TokenSigner(layout.keyring_file(), Revocations(layout.revocations))
 
 
 async def start(settings: GatewaySettings) -> RunningGateway:
@@ -153,6 +153,7 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         running.rest = await start_rest(
             settings.http_listen,
             f"unix:{internal_dir / 'grpc.sock'}",
+            service.auth.tenant_for,
             settings.tls.ssl_context() if settings.tls is not None else None,
             executor_credentials,
         )

@@ -28,9 +28,9 @@ from orchard.common.layout import is_valid_sandbox_id
 from orchard.common.logging import bind_call
 from orchard.common.metrics import observe_phase
 
-from .backends.base import BackendError
+from .backends.base import UPDATE_NETWORK, BackendError, supports
 from .lifecycle import SandboxLifecycle, failed_create_error, lease_end
-from .network_policies import NetworkUpdatingBackend, policy_from_proto, policy_to_proto
+from .network_policies import policy_from_proto, policy_to_proto
 from .pool_filler import PoolFiller
 from .status import reports_errors
 from .store import USABLE_STATES, SandboxRecord, State
@@ -214,10 +214,11 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
                 f"sandbox {rec.id} is {rec.state.name}; only a running sandbox's policy can change",
                 "SANDBOX_NOT_READY",
             )
-        backend = self.lifecycle.backend
-        if not isinstance(backend, NetworkUpdatingBackend):
+        backend = supports(self.lifecycle.backend, UPDATE_NETWORK)
+        if backend is None:
             raise precondition(
-                f"the {backend.name} backend cannot change a running sandbox's network policy",
+                f"the {self.lifecycle.backend.name} backend cannot change a running sandbox's "
+                "network policy",
                 "INVALID_FIELD",
             )
         try:

@@ -16,7 +16,7 @@ from orchard.executor.auth import CallAuthorizer
 
 from orchard.client import Orchard
 from orchard.common.errors import ServiceError
-from orchard.common.tokens import TokenClaims, TokenSigner
+from orchard.common.tokens import Keyring, TokenClaims, TokenSigner
 
 SANDBOX = "sb-cache-a"
 OTHER = "sb-cache-b"
@@ -38,7 +38,7 @@ def _bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 def test_a_remembered_token_is_verified_once_and_refused_after_expiry() -> None:
     now = [1_000_000.0]
-    signer = CountingSigner(b"k" * 32)
+    signer = CountingSigner(Keyring.single(b"k" * 32))
     CountingSigner.verified = 0
     authorizer = CallAuthorizer(signer, clock=lambda: now[0])
     token, expiry = signer.issue(SANDBOX, 60, now=now[0], tenant="t1", max_execs=3)
@@ -53,7 +53,7 @@ def test_a_remembered_token_is_verified_once_and_refused_after_expiry() -> None:
 
 
 def test_a_remembered_token_is_only_good_for_its_sandbox() -> None:
-    signer = TokenSigner(b"k" * 32)
+    signer = TokenSigner.from_key(b"k" * 32)
     authorizer = CallAuthorizer(signer)
     token, _ = signer.issue(SANDBOX, 60)
     authorizer.check(SANDBOX, _bearer(token))

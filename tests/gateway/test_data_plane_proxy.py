@@ -68,7 +68,7 @@ def gateway_stub(gw: GatewayStack) -> executor_pb2_grpc.ExecutorServiceStub:
 def test_sdk_goes_to_the_gateway_in_proxy_mode(gw: GatewayStack, proxied: Sandbox) -> None:
     _stub, access = proxied._executor()
     assert proxied.config.data_plane == "proxy"
-    assert proxied._data_plane_address(access) == gw.endpoint
+    assert proxied.client.data_plane_address(access) == gw.endpoint
     assert access.address != gw.endpoint  # the executor's own address is elsewhere
 
 

@@ -121,7 +121,7 @@ def test_conf_has_one_fixed_upstream_and_no_client_chosen_target(tmp_path: Path)
 
 def test_sdk_finds_nginx_from_the_home(ngx: NginxStack, proxied: Sandbox) -> None:
     _stub, access = proxied._executor()
-    assert proxied._data_plane_address(access) == ngx.data_plane
+    assert proxied.client.data_plane_address(access) == ngx.data_plane
     assert ngx.data_plane not in (ngx.stack.endpoint, access.address)
 
 

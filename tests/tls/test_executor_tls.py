@@ -24,7 +24,7 @@ from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 from orchard.client._tls import TLS, parse_endpoint
 from orchard.common.layout import NodeLayout
-from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.tokens import TokenSigner
 from tests.executor.harness import ExecutorProcess, HostSandbox
 
 from .certs import Certs, make_certs
@@ -84,7 +84,7 @@ def mtls_executor(home: Path, certs: Certs, sandbox: HostSandbox) -> Iterator[Ex
 
 
 def _run(channel: grpc.Channel, home: Path) -> pb.RunResponse:
-    token, _ = TokenSigner(load_or_create_key(NodeLayout(home).token_key)).issue(SANDBOX, 600)
+    token, _ = TokenSigner(NodeLayout(home).keyring_file()).issue(SANDBOX, 600)
     stub = pb_grpc.ExecutorServiceStub(channel)  # type: ignore[no-untyped-call]
     request = pb.RunRequest(start=pb.ExecStart(sandbox_id=SANDBOX, argv=["echo", "over tls"]))
     response: pb.RunResponse = stub.Run(

@@ -50,7 +50,7 @@ def stack() -> Iterator[Stack]:
     with tempfile.TemporaryDirectory(prefix="orchard-tls-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
-        with running_stack(home, "--tls", "--data-plane-proxy", "nginx") as up:
+        with running_stack(home, up_args=("--tls", "--data-plane-proxy", "nginx")) as up:
             yield up
 
 

@@ -30,6 +30,7 @@ The scheduler's port stays plaintext on loopback (only the gateway calls it).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import select
 import signal
@@ -43,10 +44,10 @@ from typing import IO, Any
 
 from orchard.client import OrchardError
 from orchard.common.layout import NodeLayout, orchard_home
-from orchard.common.local_ca import LocalCA
 from orchard.executor.initbin import ensure_init_binary
 from orchard.gateway.proxy_nginx import NginxMissingError, nginx_binary
 
+from . import _extras
 from ._supervision import RestartPolicy
 
 READY_TIMEOUT_SECONDS = 60.0
@@ -279,6 +280,9 @@ class _TLSArgs:
 
     @classmethod
     def make(cls, home: Path, layout: NodeLayout, host: str) -> _TLSArgs:
+        # Imported here: `cryptography` is a [server] package and the thin CLI imports this module.
+        from orchard.common.local_ca import LocalCA
+
         ca = LocalCA.of_home(home)
         try:
             ca.ensure([host])
@@ -295,7 +299,21 @@ class _TLSArgs:
         )
 
 
+def writable_layer(run_dir: Path) -> str:
+    """What the scheduler's local backend chose for sandboxes' writable layer, in one line
+    (``scratch.choose`` decides by kernel and writes it at start)."""
+    from orchard.scheduler.backends.local.scratch import WRITABLE_LAYER_FILE
+
+    try:
+        return str(json.loads((run_dir / WRITABLE_LAYER_FILE).read_text())["summary"])
+    except (OSError, ValueError, KeyError) as err:
+        return f"unknown (run/{WRITABLE_LAYER_FILE}: {err})"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    _extras.require("orchard up", ("server", "rewards"))
+    from orchard.scheduler.backends.local.scratch import WRITABLE_LAYER_FILE
+
     home: Path = (args.home or orchard_home()).resolve()
     layout = NodeLayout(home)
     layout.run.mkdir(parents=True, exist_ok=True)
@@ -307,6 +325,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "rewards.addr",
         "data-plane.addr",
         "ca.pem",
+        WRITABLE_LAYER_FILE,
     ):
         (layout.run / stale).unlink(missing_ok=True)
     tls = _TLSArgs.make(home, layout, args.host) if args.tls else _TLSArgs()
@@ -415,6 +434,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if data_plane:
             print(f"Data-plane proxy (nginx): {data_plane}  (run/data-plane.addr)", flush=True)
         print(f"Metrics: {layout.run}/<service>.metrics.addr (Prometheus /metrics)", flush=True)
+        print(f"Sandbox writable layer: {writable_layer(layout.run)}", flush=True)
         print(
             f"Logs: {home / 'logs'}  (Ctrl-C stops the stack and deletes its sandboxes)", flush=True
         )

@@ -6,7 +6,7 @@ import warnings
 
 from orchard._proto.orchard.v1 import sandbox_pb2 as orchard_dot_v1_dot_sandbox__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.66.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -19,14 +19,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in orchard/v1/sandbox_pb2_grpc.py depends on'
+        + f' but the generated code in orchard/v1/sandbox_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class SandboxServiceStub:
+class SandboxServiceStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -82,7 +82,7 @@ class SandboxServiceStub:
                 _registered_method=True)
 
 
-class SandboxServiceServicer:
+class SandboxServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def CreateSandbox(self, request, context):
@@ -201,7 +201,7 @@ def add_SandboxServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class SandboxService:
+class SandboxService(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
