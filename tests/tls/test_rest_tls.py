@@ -35,7 +35,7 @@ async def _curl(url: str, *args: str) -> tuple[int, str]:
 
 
 async def _serve(tls: ServerTLS, *requests: tuple[str, ...]) -> list[tuple[int, str]]:
-    rest = await start_rest("127.0.0.1:0", "unix:/nonexistent.sock", tls.ssl_context())
+    rest = await start_rest("127.0.0.1:0", "unix:/nonexistent.sock", ssl_context=tls.ssl_context())
     try:
         assert rest.address.startswith("https://127.0.0.1:")
         return [await _curl(rest.address + PATH, *args) for args in requests]
@@ -66,7 +66,9 @@ def test_https_with_the_ca_and_refusals(certs: Certs) -> None:
 def test_plain_http_on_the_https_port_is_not_served(certs: Certs) -> None:
     async def main() -> tuple[int, str]:
         tls = ServerTLS.load(certs.server.cert, certs.server.key)
-        rest = await start_rest("127.0.0.1:0", "unix:/nonexistent.sock", tls.ssl_context())
+        rest = await start_rest(
+            "127.0.0.1:0", "unix:/nonexistent.sock", ssl_context=tls.ssl_context()
+        )
         try:
             return await _curl(rest.address.replace("https://", "http://") + PATH)
         finally:
