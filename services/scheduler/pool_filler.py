@@ -118,9 +118,11 @@ class PoolFiller:
             self.wake()
         return rec
 
-    def hint(self, template_name: str, count: int, within_seconds: float) -> WarmPool:
+    def hint(
+        self, template_name: str, count: int, within_seconds: float, tenant: str = ""
+    ) -> WarmPool:
         pool = self.pool(template_name)
-        pool.add_hint(count, within_seconds, self.clock())
+        pool.add_hint(count, within_seconds, self.clock(), tenant)
         self.fill_once()
         return pool
 

@@ -2,7 +2,9 @@
 
 Pools are shared by every tenant (templates are the operator's), so any
 authenticated tenant may list them and hint; a hint only makes the pool grow
-within the template's ``max``.
+within the template's ``max``, asks for no more than the tenant's
+``max_sandboxes``, and replaces the tenant's previous hint for that pool (one
+live hint per tenant and pool, so hints cannot pile up).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .pool_filler import PoolFiller
 from .pools import WarmPool
 from .service import Context, tenant_of
 from .status import reports_errors
+from .tenant_quota import call_quota
 
 # A hint further ahead than this is more likely a unit mix-up (ms for s) than a plan.
 MAX_HINT_AHEAD_SECONDS = 24 * 3600
@@ -56,7 +59,7 @@ class PoolServicer(pools_pb2_grpc.PoolServiceServicer):
 
     @reports_errors
     async def Hint(self, request: pools_pb2.DemandHint, context: Context) -> pools_pb2.HintResponse:
-        tenant_of(context)
+        tenant = tenant_of(context)
         if not request.template:
             raise invalid("template: a template name is required")
         pool = self.pools.pool(request.template)
@@ -64,10 +67,16 @@ class PoolServicer(pools_pb2_grpc.PoolServiceServicer):
             raise invalid(
                 f"count must be between 1 and the pool's max ({pool.template.max}); got {request.count}"
             )
+        quota = call_quota().max_sandboxes
+        if quota and request.count > quota:
+            raise invalid(
+                f"count {request.count} is more than tenant {tenant!r} may hold "
+                f"(max_sandboxes {quota})"
+            )
         within = request.within_seconds
         if not math.isfinite(within) or not 0 <= within <= MAX_HINT_AHEAD_SECONDS:
             raise invalid(
                 f"within_seconds must be between 0 and {MAX_HINT_AHEAD_SECONDS}; got {within}"
             )
-        self.pools.hint(request.template, request.count, within)
+        self.pools.hint(request.template, request.count, within, tenant)
         return pools_pb2.HintResponse(pool=pool_status(pool))

@@ -14,7 +14,8 @@ How the target is chosen::
     hinted   = sandboxes still owed to live hints
     target   = clamp(max(min, steady) + hinted, min, max)
 
-A hint ("N within S seconds") counts from the moment it arrives (so the batch
+A hint ("N within S seconds", one live hint per tenant and pool: a tenant's
+new hint replaces its last) counts from the moment it arrives (so the batch
 is warm before it comes) until S + ``hint_hold_seconds`` have passed or N
 claims have used it up; each claim pays off the oldest hint first, so a batch
 is not counted twice (once as a hint and again as a rate).
@@ -35,6 +36,7 @@ from .templates import Template
 class DemandHint:
     remaining: int
     expires_at: float
+    tenant: str = ""
 
 
 @dataclass
@@ -94,8 +96,12 @@ class WarmPool:
             seconds if self.refill_seconds == 0 else 0.8 * self.refill_seconds + 0.2 * seconds
         )
 
-    def add_hint(self, count: int, within_seconds: float, now: float) -> None:
-        self.hints.append(DemandHint(count, now + within_seconds + self.hint_hold_seconds))
+    def add_hint(self, count: int, within_seconds: float, now: float, tenant: str = "") -> None:
+        """A tenant's plan: ``count`` claims within ``within_seconds``. It replaces the same
+        tenant's earlier hint for this pool, so one tenant holds at most one hint per pool
+        (a loop of hints cannot grow the list, nor stack up past what it said it needs)."""
+        self.hints = [h for h in self.hints if h.tenant != tenant]
+        self.hints.append(DemandHint(count, now + within_seconds + self.hint_hold_seconds, tenant))
 
     def tick(self, now: float) -> None:
         """Fold the claims since the last tick into the rate; drop spent or stale hints."""

@@ -64,6 +64,10 @@ def test_up_says_it_fell_back_and_sandboxes_work_and_go(stack: Stack, tmp_path: 
     assert (back / "hello.txt").read_text() == "hello\nmore\n"
 
     assert stack.cli("rm", sandbox_id, check=True).stdout.strip() == sandbox_id
+    # rm answers once the sandbox is DELETING; the teardown finishes in the background.
+    deadline = time.monotonic() + 30
+    while (stack.home / "sandboxes" / sandbox_id).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not (stack.home / "sandboxes" / sandbox_id).exists()
     stack.process.send_signal(signal.SIGTERM)
     assert stack.process.wait(90) == 0

@@ -57,6 +57,17 @@ def test_hint_raises_the_target_until_claims_use_it_up() -> None:
     assert pool.hints == [] and pool.hinted == 0
 
 
+def test_a_tenants_new_hint_replaces_its_last_so_hints_cannot_pile_up() -> None:
+    pool = _pool(min_=0, max_=50)
+    for i in range(10_000):  # a hostile loop of hints
+        pool.add_hint(5, 30.0, now=float(i) / 1000, tenant="mallory")
+    assert len(pool.hints) == 1 and pool.hinted == 5
+    pool.add_hint(3, 30.0, now=11.0, tenant="alice")
+    assert pool.hinted == 8 and len(pool.hints) == 2
+    pool.add_hint(1, 30.0, now=12.0, tenant="alice")  # alice's plan changed
+    assert pool.hinted == 6
+
+
 def test_stale_hint_expires_after_its_window_and_hold() -> None:
     pool = _pool(min_=0)
     pool.hint_hold_seconds = 60.0
