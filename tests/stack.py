@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,8 +83,10 @@ def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> tuple
 
 
 @contextmanager
-def running_stack(home: Path, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
-    """``orchard up --port 0`` in ``home`` (``extra_env`` added to its environment);
+def running_stack(
+    home: Path, extra_env: dict[str, str] | None = None, up_args: Sequence[str] = ()
+) -> Iterator[Stack]:
+    """``orchard up --port 0 [up_args]`` in ``home`` (``extra_env`` added to its environment);
     stopped (SIGTERM, by its pid) on exit."""
     env = {
         **os.environ,
@@ -93,7 +95,10 @@ def running_stack(home: Path, extra_env: dict[str, str] | None = None) -> Iterat
         **(extra_env or {}),
     }
     process = subprocess.Popen(
-        [*ORCHARD, "up", "--port", "0"], env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        [*ORCHARD, "up", "--port", "0", *up_args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
     )
     try:
         endpoint, output = _read_until_ready(process, 60)

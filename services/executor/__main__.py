@@ -21,6 +21,8 @@ from pathlib import Path
 from orchard.common.layout import orchard_home
 from orchard.common.metrics import serve_metrics
 from orchard.common.process import start_service
+from orchard.common.tls import tls_from_arguments
+from orchard.common.tls_args import add_tls_arguments
 
 from .in_sandbox import TOKEN_KEY_FILE, take_token_key
 from .server import serve
@@ -70,7 +72,9 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
         help="injected mode: serve only the sandbox this process runs in (RUN_DIR holds "
         "sandbox.json, init.sock and token.key)",
     )
+    add_tls_arguments(parser)
     args = parser.parse_args(argv)
+    tls = tls_from_arguments(parser, args)
     if args.in_sandbox is not None:
         run_dir: Path = args.in_sandbox
         return ExecutorSettings(
@@ -82,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
             small_messages_per_second=args.small_messages_per_second,
             in_sandbox_run_dir=run_dir,
             token_key=take_token_key(run_dir / TOKEN_KEY_FILE),
+            tls=tls,
         )
     return ExecutorSettings(
         home=args.home or orchard_home(),
@@ -90,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
         stream_idle_seconds=args.stream_idle_seconds,
         max_small_messages_per_stream=args.max_small_messages,
         small_messages_per_second=args.small_messages_per_second,
+        tls=tls,
     )
 
 

@@ -21,6 +21,7 @@ from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 from orchard.common.errors import invalid
 from orchard.common.observability import ServerObservability
+from orchard.common.tls import add_port
 from orchard.common.tokens import Keyring, Revocations, TokenVerifier, decode_sandbox_keys
 from orchard.common.undecodable import UndecodableRequests
 
@@ -283,7 +284,7 @@ async def start_server(settings: ExecutorSettings) -> tuple[grpc.aio.Server, str
         interceptors=[UndecodableRequests(), ServerObservability("executor")],
     )
     pb_grpc.add_ExecutorServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port(settings.listen)
+    port = add_port(server, settings.listen, settings.tls)
     if port == 0:
         raise OSError(f"could not listen on {settings.listen}")
     if settings.listen.startswith("unix:"):
@@ -292,7 +293,9 @@ async def start_server(settings: ExecutorSettings) -> tuple[grpc.aio.Server, str
         address = f"{settings.listen.rsplit(':', 1)[0]}:{port}"
     await server.start()
     _write_address(settings, address)
-    log.info("executor listening", address=address, home=str(settings.home))
+    log.info(
+        "executor listening", address=address, home=str(settings.home), tls=settings.tls is not None
+    )
     return server, address, servicer
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchard.common.layout import NodeLayout
+from orchard.common.tls import ServerTLS
 
 MIB = 1 << 20
 
@@ -43,6 +44,12 @@ class ExecutorSettings:
     """Injected mode: what ``run/token.key`` held, already read (the executor reads it and
     removes the file before any sandbox code can run): this sandbox's own token keys;
     None = node mode (the node's keyring, ``secrets/token-keys.json``)."""
+    tls: ServerTLS | None = None
+    """Serve TLS on a TCP ``listen`` (``--tls-cert``/``--tls-key``/``--tls-client-ca`` or
+    ``$ORCHARD_TLS_CERT``/``$ORCHARD_TLS_KEY``/``$ORCHARD_TLS_CLIENT_CA``): data-plane tokens
+    then never cross the network in the clear. The certificate must be valid for the address
+    the scheduler hands out (its ``--executor-address``; ``--executor-tls`` tells clients).
+    None = plaintext; ``unix:`` sockets are always plaintext."""
 
     @property
     def layout(self) -> NodeLayout:

@@ -3,7 +3,9 @@
 Prints the address it serves on once ready and writes it to
 ``<home>/run/gateway.addr`` (where the SDK and CLI look for the endpoint); the
 REST front's address goes to ``run/gateway-http.addr`` and the metrics port's
-to ``run/gateway.metrics.addr``.
+to ``run/gateway.metrics.addr``. With ``--tls-cert``/``--tls-key`` both fronts
+serve TLS and the addresses are written as ``grpcs://host:port`` and
+``https://host:port``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from pathlib import Path
 
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
+from orchard.common.tls import tls_from_arguments
+from orchard.common.tls_args import add_tls_arguments, upstream_ca
 
 from .server import serve
 from .settings import GatewaySettings
@@ -51,7 +55,11 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
         action="store_true",
         help="do not serve ExecutorService (clients must reach the node executors directly)",
     )
+    add_tls_arguments(
+        parser, upstream="the CA of TLS node executors' certificates (none: the system's roots)"
+    )
     args = parser.parse_args(argv)
+    tls = tls_from_arguments(parser, args)
     if args.create_slots < 1:
         parser.error("--create-slots must be >= 1")
     return GatewaySettings(
@@ -63,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
         metrics_listen=args.metrics_listen,
         create_slots=args.create_slots,
         data_plane_proxy=not args.no_data_plane_proxy,
+        tls=tls,
+        upstream_ca=upstream_ca(args),
     )
 
 

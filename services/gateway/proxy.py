@@ -41,6 +41,7 @@ import structlog
 
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
 from orchard.common.errors import FAULT_KEY, REASON_KEY, RETRY_AFTER_KEY, ServiceError
+from orchard.common.tls import aio_channel, scheme_address
 from orchard.common.tokens import TokenError, TokenSigner, unverified_claims
 
 log = structlog.get_logger("orchard.gateway.proxy")
@@ -200,6 +201,8 @@ class Routes:
                 "infrastructure",
             ) from None
         address = sandbox.executor.address if sandbox.HasField("executor") else ""
+        if address:  # a TLS executor is dialled as grpcs:// (Upstreams picks the credentials)
+            address = scheme_address(address, sandbox.executor.tls)
         if not address:
             raise ServiceError(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -223,8 +226,14 @@ class Upstreams:
     new one).
     """
 
-    def __init__(self, max_channels: int = MAX_UPSTREAM_CHANNELS) -> None:
+    def __init__(
+        self,
+        max_channels: int = MAX_UPSTREAM_CHANNELS,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.max_channels = max_channels
+        self.credentials = credentials
+        """For ``grpcs://`` executors (None: the system's roots, no client certificate)."""
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._calls: dict[tuple[str, str], Any] = {}
         self._retiring: set[asyncio.Task[None]] = set()
@@ -250,8 +259,8 @@ class Upstreams:
             if channel is None:
                 if len(self._channels) >= self.max_channels:
                     self._retire_oldest()
-                channel = self._channels[address] = grpc.aio.insecure_channel(
-                    address, options=UPSTREAM_OPTIONS
+                channel = self._channels[address] = aio_channel(
+                    address, self.credentials, options=UPSTREAM_OPTIONS
                 )
             make = getattr(channel, kind)
             call = self._calls[key] = make(
@@ -299,9 +308,14 @@ async def _relay_error(context: Context, exc: grpc.aio.AioRpcError) -> None:
 class DataPlaneProxy:
     """Forwards every ExecutorService call to the executor its token's sandbox lives on."""
 
-    def __init__(self, scheduler: grpc.aio.Channel, signer: TokenSigner | None) -> None:
+    def __init__(
+        self,
+        scheduler: grpc.aio.Channel,
+        signer: TokenSigner | None,
+        upstream_credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.routes = Routes(scheduler, signer)
-        self.upstreams = Upstreams()
+        self.upstreams = Upstreams(credentials=upstream_credentials)
 
     async def _target(self, context: Context, full_method: str, kind: str) -> tuple[Any, Any, str]:
         metadata = context.invocation_metadata()

@@ -40,6 +40,86 @@ STREAM_TIMEOUT_SECONDS = 24 * 3600
 MAX_REQUESTS_PER_CONNECTION = 100_000_000
 
 
+@dataclass(frozen=True)
+class NginxTLS:
+    """TLS for the nginx proxy: plain paths (no grpc or ssl import: the wrapper stays small).
+
+    Either side may be on alone: ``cert_file``/``key_file`` make nginx serve TLS to clients
+    (``client_ca_file`` also requires their certificates); ``upstream_ca_file`` makes it dial
+    the executors with TLS (``grpcs://``), verifying their certificate against that CA and
+    ``upstream_name`` (nginx checks DNS names only: a loopback executor's certificate must
+    also name ``localhost``) and presenting its own certificate when it has one."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+    upstream_ca_file: Path | None = None
+    upstream_name: str = "localhost"
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("nginx TLS needs both a certificate and its key")
+        if self.client_ca_file is not None and self.cert_file is None:
+            raise ValueError("a client CA needs a server certificate and key")
+        for path in (self.cert_file, self.key_file, self.client_ca_file, self.upstream_ca_file):
+            if path is not None:
+                _path_ok(path)
+        if not self.upstream_name or any(c in self.upstream_name for c in " ;{}'\"\n\\"):
+            raise ValueError(f"not a host name: {self.upstream_name!r}")
+
+    @property
+    def serves_tls(self) -> bool:
+        return self.cert_file is not None
+
+    @property
+    def upstream_tls(self) -> bool:
+        return self.upstream_ca_file is not None
+
+
+def _path_ok(path: Path) -> str:
+    text = str(path)
+    if not path.is_absolute() or any(c in text for c in " ;{}'\"\n\\$"):
+        raise ValueError(f"not a plain absolute path for nginx.conf: {text!r}")
+    return text
+
+
+def _server_tls(tls: NginxTLS) -> str:
+    if tls.cert_file is None or tls.key_file is None:
+        return ""
+    lines = [
+        f"ssl_certificate {_path_ok(tls.cert_file)};",
+        f"ssl_certificate_key {_path_ok(tls.key_file)};",
+        "ssl_protocols TLSv1.2 TLSv1.3;",
+        "ssl_session_cache shared:orchard_tls:1m;",
+    ]
+    if tls.client_ca_file is not None:
+        lines += [
+            f"ssl_client_certificate {_path_ok(tls.client_ca_file)};",
+            "ssl_verify_client on;",
+        ]
+    return "".join(f"        {line}\n" for line in lines)
+
+
+def _upstream_tls(tls: NginxTLS) -> str:
+    if tls.upstream_ca_file is None:
+        return ""
+    lines = [
+        f"grpc_ssl_trusted_certificate {_path_ok(tls.upstream_ca_file)};",
+        "grpc_ssl_verify on;",
+        "grpc_ssl_verify_depth 2;",
+        f"grpc_ssl_name {tls.upstream_name};",
+        "grpc_ssl_server_name on;",
+        "grpc_ssl_protocols TLSv1.2 TLSv1.3;",
+        "grpc_ssl_session_reuse on;",
+    ]
+    if tls.cert_file is not None and tls.key_file is not None:
+        lines += [
+            f"grpc_ssl_certificate {_path_ok(tls.cert_file)};",
+            f"grpc_ssl_certificate_key {_path_ok(tls.key_file)};",
+        ]
+    return "".join(f"            {line}\n" for line in lines)
+
+
 class NginxMissingError(RuntimeError):
     """``--data-plane-proxy nginx`` was asked for and there is no nginx binary."""
 
@@ -97,9 +177,13 @@ def _address_ok(address: str) -> str:
     return address
 
 
-def render_conf(listen: str, executors: list[str], paths: NginxPaths) -> str:
+def render_conf(
+    listen: str, executors: list[str], paths: NginxPaths, tls: NginxTLS | None = None
+) -> str:
     """nginx.conf text: one foreground nginx process, HTTP/2 on ``listen``,
-    ExecutorService paths passed to ``executors`` (round robin; one in the local backend)."""
+    ExecutorService paths passed to ``executors`` (round robin; one in the local backend);
+    ``tls`` turns TLS on towards clients and/or towards the executors."""
+    tls = tls or NginxTLS()
     if not executors:
         raise ValueError("at least one executor address is needed")
     servers = "\n".join(f"        server {_address_ok(a)} max_fails=0;" for a in executors)
@@ -144,11 +228,11 @@ http {{
     }}
 
     server {{
-        listen {_address_ok(listen)} http2;
-
+        listen {_address_ok(listen)}{" ssl" if tls.serves_tls else ""} http2;
+{_server_tls(tls)}
         location /{EXECUTOR_SERVICE}/ {{
-            grpc_pass grpc://orchard_executors;
-            grpc_connect_timeout 5s;
+            grpc_pass {"grpcs" if tls.upstream_tls else "grpc"}://orchard_executors;
+{_upstream_tls(tls)}            grpc_connect_timeout 5s;
             grpc_read_timeout {t}s;
             grpc_send_timeout {t}s;
             grpc_socket_keepalive on;
@@ -176,8 +260,10 @@ http {{
 """
 
 
-def write_conf(listen: str, executors: list[str], paths: NginxPaths) -> Path:
+def write_conf(
+    listen: str, executors: list[str], paths: NginxPaths, tls: NginxTLS | None = None
+) -> Path:
     """Write ``nginx.conf`` under ``paths.root`` and return it."""
     paths.create()
-    paths.conf.write_text(render_conf(listen, executors, paths))
+    paths.conf.write_text(render_conf(listen, executors, paths, tls))
     return paths.conf

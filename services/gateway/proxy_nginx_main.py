@@ -5,7 +5,8 @@ it writes ``<home>/run/nginx/nginx.conf`` (``proxy_nginx.render_conf``), starts
 nginx in the foreground, waits until its port accepts connections, then
 prints the address on stdout (the readiness line ``orchard up`` waits for) and
 writes it to ``<home>/run/data-plane.addr``, where the SDK's proxy mode finds
-it. It stays nginx's parent: SIGTERM/SIGINT are passed on to nginx (fast
+it (``grpcs://host:port`` when nginx serves TLS: ``--tls-cert``/``--tls-key``;
+``--tls-upstream-ca`` makes it dial TLS executors). It stays nginx's parent: SIGTERM/SIGINT are passed on to nginx (fast
 shutdown; the stack is stopping), and when nginx exits so does this, with
 nginx's code, so ``orchard up`` restarts both on the same address.
 """
@@ -22,8 +23,9 @@ import time
 from pathlib import Path
 
 from orchard.common.layout import NodeLayout
+from orchard.common.tls_args import add_tls_arguments, tls_paths, upstream_ca
 
-from .proxy_nginx import NginxMissingError, NginxPaths, nginx_binary, write_conf
+from .proxy_nginx import NginxMissingError, NginxPaths, NginxTLS, nginx_binary, write_conf
 
 READY_TIMEOUT_SECONDS = 20.0
 DATA_PLANE_ADDR_FILE = "data-plane.addr"
@@ -74,6 +76,10 @@ def _wait_listening(process: subprocess.Popen[bytes], address: str, paths: Nginx
         time.sleep(0.02)
 
 
+def _absolute(path: Path | None) -> Path | None:
+    return None if path is None else path.resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--home", type=Path, required=True)
@@ -82,7 +88,26 @@ def main(argv: list[str] | None = None) -> int:
         "--executor", action="append", required=True, help="a node executor's host:port"
     )
     parser.add_argument("--nginx", default=None, help="the nginx binary (default: on PATH)")
+    add_tls_arguments(
+        parser, upstream="dial the executors with TLS, trusting this CA (none: plaintext executors)"
+    )
+    parser.add_argument(
+        "--tls-upstream-name",
+        default="localhost",
+        help="the DNS name the executors' certificate must carry (default localhost)",
+    )
     args = parser.parse_args(argv)
+    try:
+        cert, key, client_ca = (_absolute(p) for p in tls_paths(args))
+        tls = NginxTLS(
+            cert_file=cert,
+            key_file=key,
+            client_ca_file=client_ca,
+            upstream_ca_file=_absolute(upstream_ca(args)),
+            upstream_name=args.tls_upstream_name,
+        )
+    except ValueError as err:
+        parser.error(str(err))
     try:
         binary = nginx_binary(args.nginx)
     except NginxMissingError as err:
@@ -91,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     layout = NodeLayout(args.home)
     paths = NginxPaths(layout.run / "nginx", args.home / "logs")
     address = _free_address(args.listen)
-    conf = write_conf(address, args.executor, paths)
+    conf = write_conf(address, args.executor, paths, tls)
     process = subprocess.Popen(
         [binary, "-c", str(conf), "-p", str(paths.root), "-e", str(paths.error_log)],
         stdin=subprocess.DEVNULL,
@@ -111,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     _wait_listening(process, address, paths)
     addr_file = layout.run / DATA_PLANE_ADDR_FILE
     staged = addr_file.with_name(addr_file.name + ".tmp")
-    staged.write_text(address + "\n")
+    # The SDK reads the scheme: grpcs:// when clients must speak TLS to nginx.
+    staged.write_text(("grpcs://" if tls.serves_tls else "") + address + "\n")
     staged.replace(addr_file)  # readers never see it half-written
-    print(address, flush=True)
+    print(("grpcs://" if tls.serves_tls else "") + address, flush=True)
     code = process.wait()
     # Only an orderly stop takes the address away: when nginx dies, orchard up
     # restarts us on the same address, and clients reading the file meanwhile

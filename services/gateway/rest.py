@@ -35,6 +35,7 @@ import asyncio
 import json
 import math
 import os
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from google.protobuf.message import Message
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
 from orchard.common.errors import FAULT_KEY, REASON_KEY, RETRY_AFTER_KEY, ServiceError
 from orchard.common.observability import REQUEST_ID_KEY, OutgoingContextInterceptor
+from orchard.common.tls import aio_channel, scheme_address
 
 log = structlog.get_logger("orchard.gateway")
 
@@ -181,13 +183,14 @@ class RestFront:
     """aiohttp handlers that turn JSON calls into gRPC calls (one route per RPC)."""
 
     def __init__(
-        self, gateway_address: str, authenticate: Callable[[str], str] | None = None
+        self,
+        gateway_address: str,
+        authenticate: Callable[[str], str] | None = None,
+        executor_credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self._authenticate = authenticate
-        self._gateway = grpc.aio.insecure_channel(
-            gateway_address,
-            interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
-        )
+        self._gateway = aio_channel(gateway_address, interceptors=[OutgoingContextInterceptor()])
+        self._executor_credentials = executor_credentials
         self._executors: dict[str, grpc.aio.Channel] = {}
         self._access: dict[tuple[str, str], _Access] = {}
         self._body_seconds = float(os.environ.get("ORCHARD_REST_BODY_SECONDS") or BODY_READ_SECONDS)
@@ -213,10 +216,11 @@ class RestFront:
     def _executor_channel(self, address: str) -> grpc.aio.Channel:
         channel = self._executors.get(address)
         if channel is None:
-            channel = self._executors[address] = grpc.aio.insecure_channel(
+            channel = self._executors[address] = aio_channel(
                 address,
+                self._executor_credentials,
                 options=[("grpc.max_receive_message_length", MAX_BODY_BYTES)],
-                interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
+                interceptors=[OutgoingContextInterceptor()],
             )
         return channel
 
@@ -241,7 +245,7 @@ class RestFront:
             sandbox_pb2.GetSandboxRequest(id=sandbox_id), metadata=metadata, timeout=30
         )
         access = _Access(
-            access_msg.address,
+            scheme_address(access_msg.address, access_msg.tls),
             access_msg.token,
             access_msg.token_expires_at.seconds + access_msg.token_expires_at.nanos / 1e9,
         )
@@ -390,18 +394,26 @@ class RunningRest:
 
 
 async def start_rest(
-    listen: str, gateway_address: str, authenticate: Callable[[str], str] | None = None
+    listen: str,
+    gateway_address: str,
+    authenticate: Callable[[str], str] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    executor_credentials: grpc.ChannelCredentials | None = None,
 ) -> RunningRest:
-    """Serve the REST front on ``listen`` ("host:port", port 0 = free); ``authenticate``
-    (the gateway's API-key check) re-checks a key before cached executor access is used."""
-    front = RestFront(gateway_address, authenticate)
+    """Serve the REST front on ``listen`` ("host:port", port 0 = free): HTTPS with
+    ``ssl_context``, else plain HTTP. ``gateway_address`` is where its SandboxService calls
+    go (the gateway's own gRPC service; ``grpcs://`` for a TLS one); ``authenticate`` (the
+    gateway's API-key check) re-checks a key before cached executor access is used;
+    ``executor_credentials`` is what it dials ``grpcs://`` executors with. ``address`` is
+    ``https://host:port`` when it serves TLS, bare ``host:port`` otherwise."""
+    front = RestFront(gateway_address, authenticate, executor_credentials)
     runner = web.AppRunner(build_app(front), access_log=None)
     await runner.setup()
     host, _, port = listen.rpartition(":")
-    site = web.TCPSite(runner, host or "127.0.0.1", int(port or 0))
+    site = web.TCPSite(runner, host or "127.0.0.1", int(port or 0), ssl_context=ssl_context)
     await site.start()
     bound = int(runner.addresses[0][1])
-    address = f"{host or '127.0.0.1'}:{bound}"
+    address = f"{'https://' if ssl_context else ''}{host or '127.0.0.1'}:{bound}"
     log.info("REST front serving", address=address)
     return RunningRest(address, runner, front)
 

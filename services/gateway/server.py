@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
 from orchard.common.quotas import QUOTA_FILE, QuotaFile
+from orchard.common.tls import add_port, scheme_address, upstream_credentials
 from orchard.common.tokens import Revocations, TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
@@ -69,6 +72,8 @@ class RunningGateway:
     rest: RunningRest | None = None
     metrics_address: str | None = None
     proxy: DataPlaneProxy | None = None
+    internal_dir: Path | None = None
+    """The private folder of the socket the REST front reaches the gRPC port by."""
 
     @property
     def http_address(self) -> str | None:
@@ -81,6 +86,8 @@ class RunningGateway:
         if self.proxy is not None:
             await self.proxy.close()
         await self.channel.close(None)
+        if self.internal_dir is not None:
+            shutil.rmtree(self.internal_dir, ignore_errors=True)
         log.info("gateway stopped")
 
 
@@ -118,19 +125,38 @@ async def start(settings: GatewaySettings) -> RunningGateway:
     server.add_generic_rpc_handlers(
         (forwarding_handler(service), forwarding_handler(service, pool_service))
     )
+    executor_credentials = None
+    if settings.tls is not None or settings.upstream_ca is not None:
+        executor_credentials = upstream_credentials(settings.upstream_ca, settings.tls)
     proxy = None
     if settings.data_plane_proxy:
-        proxy = DataPlaneProxy(channel, _node_signer(settings.home))
+        proxy = DataPlaneProxy(channel, _node_signer(settings.home), executor_credentials)
         server.add_generic_rpc_handlers((proxy.handler(),))
-    port = server.add_insecure_port(settings.listen)
+    port = add_port(server, settings.listen, settings.tls)
     if port == 0:
         raise RuntimeError(f"cannot listen on {settings.listen}")
-    await server.start()
-    address = public_address(settings.listen, port)
-    run = NodeLayout(settings.home).run
-    running = RunningGateway(address, server, channel, service, proxy=proxy)
+    internal_dir = None
     if settings.http_listen is not None:
-        running.rest = await start_rest(settings.http_listen, address, service.auth.tenant_for)
+        # The REST front calls this server over a socket only this process can reach
+        # (0700 folder): no TLS to itself, and no certificate that must name 127.0.0.1.
+        internal_dir = Path(tempfile.mkdtemp(prefix="orchard-gateway-"))
+        internal = f"unix:{internal_dir / 'grpc.sock'}"
+        if server.add_insecure_port(internal) == 0:
+            raise RuntimeError(f"cannot listen on {internal}")
+    await server.start()
+    address = scheme_address(public_address(settings.listen, port), settings.tls is not None)
+    run = NodeLayout(settings.home).run
+    running = RunningGateway(
+        address, server, channel, service, proxy=proxy, internal_dir=internal_dir
+    )
+    if settings.http_listen is not None and internal_dir is not None:
+        running.rest = await start_rest(
+            settings.http_listen,
+            f"unix:{internal_dir / 'grpc.sock'}",
+            service.auth.tenant_for,
+            settings.tls.ssl_context() if settings.tls is not None else None,
+            executor_credentials,
+        )
         _write_address(run / "gateway-http.addr", running.rest.address)
     if settings.metrics_listen is not None:
         running.metrics_address = serve_metrics(
@@ -143,6 +169,8 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         http=running.http_address,
         metrics=running.metrics_address,
         scheduler=settings.scheduler,
+        tls=settings.tls is not None,
+        mutual_tls=settings.tls is not None and settings.tls.mutual,
     )
     return running
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchard.common.tls import ServerTLS
+
 
 @dataclass(frozen=True)
 class GatewaySettings:
@@ -27,3 +29,12 @@ class GatewaySettings:
     """Also serve ExecutorService, forwarding each call to the sandbox's node executor
     (``proxy.py``), for clients that cannot reach the executors (``ORCHARD_DATA_PLANE=proxy``)."""
     shutdown_grace_seconds: float = 5.0
+    tls: ServerTLS | None = None
+    """Serve TLS on the gRPC port and the REST front (``--tls-cert``/``--tls-key``/
+    ``--tls-client-ca``, or ``$ORCHARD_TLS_CERT``/``$ORCHARD_TLS_KEY``/
+    ``$ORCHARD_TLS_CLIENT_CA``); the address files then say ``grpcs://`` / ``https://``.
+    None = plaintext (the loopback default)."""
+    upstream_ca: Path | None = None
+    """The CA that issued TLS executors' certificates, for the data-plane proxy and the REST
+    front (``--tls-upstream-ca``, ``$ORCHARD_TLS_UPSTREAM_CA``); None = the system's roots.
+    The gateway presents its own certificate to them (for executors that require mTLS)."""

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
 
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
+from orchard.common.tls import tls_from_arguments
+from orchard.common.tls_args import add_tls_arguments
 
 from .server import serve
 from .settings import RewardSettings
@@ -32,7 +35,15 @@ def parse_args(argv: list[str] | None = None) -> RewardSettings:
         help="trained reranker (.npz; default <home>/rewards/value_model.npz if present)",
     )
     parser.add_argument("--max-concurrent-grades", type=int, default=8)
+    parser.add_argument(
+        "--gateway-ca",
+        type=Path,
+        default=os.environ.get("ORCHARD_TLS_CA") or None,
+        help="CA of a grpcs:// gateway's certificate (default $ORCHARD_TLS_CA)",
+    )
+    add_tls_arguments(parser)
     args = parser.parse_args(argv)
+    tls = tls_from_arguments(parser, args)
     home = args.home or orchard_home()
     gateway = args.gateway
     if not gateway:
@@ -45,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> RewardSettings:
         value_model = home / "rewards" / "value_model.npz"  # the node's trained reranker, if any
     return RewardSettings(
         home=home, gateway=gateway, listen=args.listen, value_model=value_model,
-        max_concurrent_grades=args.max_concurrent_grades,
+        max_concurrent_grades=args.max_concurrent_grades, gateway_ca=args.gateway_ca, tls=tls,
     )  # fmt: skip
 
 

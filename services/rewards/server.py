@@ -12,6 +12,7 @@ import grpc
 import structlog
 
 from orchard._proto.orchard.v1 import rewards_pb2_grpc
+from orchard.common.tls import add_port, aio_channel, scheme_address, upstream_credentials
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import KeyCheck
@@ -30,7 +31,10 @@ def public_address(listen: str, port: int) -> str:
 
 
 async def serve(settings: RewardSettings, on_ready: Callable[[str], None] = print) -> None:
-    channel = grpc.aio.insecure_channel(settings.gateway)
+    credentials = None
+    if settings.gateway_ca is not None or settings.tls is not None:
+        credentials = upstream_credentials(settings.gateway_ca, settings.tls)
+    channel = aio_channel(settings.gateway, credentials)
     judge = Judge(settings.judge)
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", 20 * 1024 * 1024)],
@@ -39,11 +43,11 @@ async def serve(settings: RewardSettings, on_ready: Callable[[str], None] = prin
     rewards_pb2_grpc.add_RewardServiceServicer_to_server(
         RewardService(settings, KeyCheck(channel, settings.key_cache_seconds), judge), server
     )
-    port = server.add_insecure_port(settings.listen)
+    port = add_port(server, settings.listen, settings.tls)
     if port == 0:
         raise RuntimeError(f"cannot listen on {settings.listen}")
     await server.start()
-    address = public_address(settings.listen, port)
+    address = scheme_address(public_address(settings.listen, port), settings.tls is not None)
     run = settings.home / "run"
     run.mkdir(parents=True, exist_ok=True)
     tmp = run / "rewards.addr.tmp"

@@ -36,6 +36,13 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         "executor (omit on Kubernetes: every pod runs its own)",
     )
     parser.add_argument(
+        "--executor-tls",
+        action="store_true",
+        default=os.environ.get("ORCHARD_EXECUTOR_TLS", "") in ("1", "true", "yes"),
+        help="the node executor at --executor-address serves TLS: clients are told to dial it "
+        "with TLS (default $ORCHARD_EXECUTOR_TLS=1)",
+    )
+    parser.add_argument(
         "--executor-bundle",
         type=Path,
         default=None,
@@ -80,6 +87,7 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         home=args.home or orchard_home(),
         listen=args.listen,
         executor_address=args.executor_address,
+        executor_tls=args.executor_tls,
         backend=args.backend,
         images_dir=args.images_dir or (Path(images_env) if images_env else None),
         init_binary=args.init_binary or (Path(init_env) if init_env else None),

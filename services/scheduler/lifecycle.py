@@ -341,8 +341,9 @@ class SandboxLifecycle:
             raise not_found(f"sandbox {sandbox_id!r} not found", "SANDBOX_NOT_FOUND")
         return rec
 
-    def access(self, rec: SandboxRecord) -> tuple[str, str, float]:
-        """Executor address, a fresh token for ``rec`` and its expiry (unix seconds)."""
+    def access(self, rec: SandboxRecord) -> tuple[str, str, float, bool]:
+        """Executor address, a fresh token for ``rec``, its expiry (unix seconds) and whether
+        the executor speaks TLS (only the node executor's setting is known here)."""
         now = self.clock()
         ttl = max(1.0, min(self.settings.token_ttl_seconds, rec.expires_at - now))
         # Bound to the owner, with its exec quota for the executor to enforce.
@@ -356,7 +357,8 @@ class SandboxLifecycle:
                 f"sandbox {rec.id} has no executor address (no node executor is configured "
                 "and the backend reported none)"
             )
-        return address, token, float(expiry)
+        tls = not rec.executor_address and self.settings.executor_tls
+        return address, token, float(expiry), tls
 
     # ---- delete -------------------------------------------------------------
 

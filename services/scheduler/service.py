@@ -103,9 +103,9 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         self.pools = pools
 
     def _access(self, rec: SandboxRecord) -> sandbox_pb2.ExecutorAccess:
-        address, token, expiry = self.lifecycle.access(rec)
+        address, token, expiry, tls = self.lifecycle.access(rec)
         return sandbox_pb2.ExecutorAccess(
-            address=address, token=token, token_expires_at=_timestamp(expiry)
+            address=address, token=token, token_expires_at=_timestamp(expiry), tls=tls
         )
 
     def _answer(self, rec: SandboxRecord) -> sandbox_pb2.Sandbox:

@@ -71,6 +71,10 @@ class SchedulerSettings:
     executor_address: str = ""
     """The node executor's address, handed to clients for the data plane of sandboxes
     that do not run their own executor ("" = there is no node executor: Kubernetes)."""
+    executor_tls: bool = False
+    """The node executor at ``executor_address`` serves TLS: clients are told so
+    (``ExecutorAccess.tls``) and dial it as ``grpcs://``. Sandboxes with their own
+    executor (an address the backend reported) are not covered by it."""
     executor_bundle: Path | None = None
     """Local backend: the executor bundle; sandboxes of runtime class "" then run
     injected (their own executor, at ``unix:<home>/sandboxes/<id>/run/executor.sock``)."""

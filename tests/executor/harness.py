@@ -85,7 +85,7 @@ class ExecutorProcess:
     address: str
 
     @classmethod
-    def start(cls, home: Path) -> ExecutorProcess:
+    def start(cls, home: Path, *extra_args: str) -> ExecutorProcess:
         with open(home / "executor.log", "ab") as log:
             process = subprocess.Popen(
                 [
@@ -96,6 +96,7 @@ class ExecutorProcess:
                     str(home),
                     "--listen",
                     "127.0.0.1:0",
+                    *extra_args,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=log,

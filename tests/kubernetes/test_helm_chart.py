@@ -234,3 +234,47 @@ def test_the_chart_and_the_network_compiler_agree(
     assert env["ORCHARD_K8S_EGRESS_PROXY"] == service["metadata"]["name"]
     assert env["ORCHARD_K8S_EGRESS_PROXY_PORT"] == str(proxy_port)
     assert "ORCHARD_K8S_CLUSTER_CIDRS" in env
+
+
+def _gateway(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "orchard-gateway"
+    )
+
+
+def test_the_gateway_serves_tls_from_the_secret_by_default() -> None:
+    pod = _gateway(render({}))["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    args = container["args"]
+    assert "--tls-cert=/etc/orchard/tls/tls.crt" in args
+    assert "--tls-key=/etc/orchard/tls/tls.key" in args
+    assert not any(a.startswith("--tls-client-ca") for a in args)
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["tls"]["mountPath"] == "/etc/orchard/tls" and mounts["tls"]["readOnly"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    secret = volumes["tls"]["secret"]
+    assert secret["secretName"] == "orchard-gateway-tls"
+    assert {i["key"] for i in secret["items"]} == {"tls.crt", "tls.key"}  # cert-manager's keys
+    # The mounted paths are the ones the args name.
+    assert {f"/etc/orchard/tls/{i['path']}" for i in secret["items"]} == {
+        a.split("=", 1)[1] for a in args if a.startswith(("--tls-cert=", "--tls-key="))
+    }
+
+
+def test_mutual_tls_and_plaintext_are_values() -> None:
+    mtls = _gateway(render({"gateway": {"tls": {"clientCASecret": "trainers-ca"}}}))
+    pod = mtls["spec"]["template"]["spec"]
+    assert "--tls-client-ca=/etc/orchard/client-ca/ca.crt" in pod["containers"][0]["args"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["client-ca"]["secret"]["secretName"] == "trainers-ca"
+    plain = _gateway(render({"gateway": {"tls": {"enabled": False}}}))
+    pod = plain["spec"]["template"]["spec"]
+    assert not any(a.startswith("--tls") for a in pod["containers"][0]["args"])
+    assert "tls" not in {v["name"] for v in pod["volumes"]}
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_tls_variants_match_the_schema(version: str) -> None:
+    values = {"gateway": {"tls": {"clientCASecret": "trainers-ca"}}}
+    for doc in render(values):
+        assert schema_errors(doc, version) == [], doc["metadata"]["name"]

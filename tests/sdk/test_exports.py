@@ -17,6 +17,7 @@ EXPECTED = {
     "Orchard", "AsyncOrchard", "Sandboxes", "AsyncSandboxes", "Pools", "AsyncPools", "Images",
     "AsyncImages", "AsyncRewards", "Transport", "AsyncTransport", "GrpcTransport",
     "AsyncGrpcTransport", "Interceptor", "AsyncInterceptor", "close_default_clients", "TenantInfo",
+    "TLS",  # TLS for the client's channels (client/_tls.py)
 }  # fmt: skip
 
 

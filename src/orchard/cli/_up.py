@@ -13,6 +13,18 @@ The rewards service (``orchard.rewards``) starts last, pointed at the gateway,
 and stops first; it writes ``<home>/run/rewards.addr``.
 
 The children's logs go to ``<home>/logs/<service>.log``.
+
+``--tls``: plaintext stays the default (loopback). With it, ``orchard up`` makes a
+local CA and one server certificate under ``<home>/secrets/tls/`` (kept and reused;
+``orchard.common.local_ca``), valid for localhost, the loopback addresses and
+``--host``, and starts every service with it: the gateway's gRPC port and REST front,
+the node executor (the scheduler tells clients with ``ExecutorAccess.tls``), the
+nginx data-plane proxy (both sides) and the rewards service. Clients find the CA at
+``<home>/run/ca.pem``, and the address files carry the scheme: ``run/gateway.addr``
+is ``grpcs://host:port``, ``run/gateway-http.addr`` ``https://host:port``,
+``run/data-plane.addr`` and ``run/rewards.addr`` ``grpcs://...``. The SDK trusts
+``run/ca.pem`` when its endpoint comes from that home (``orchard.client._tls``).
+The scheduler's port stays plaintext on loopback (only the gateway calls it).
 """
 
 from __future__ import annotations
@@ -43,6 +55,12 @@ DATA_PLANE_PROXIES = ("nginx", "python", "off")
 DEFAULT_DATA_PLANE_PROXY = "python"
 STOP_TIMEOUT_SECONDS = 60.0
 DEFAULT_CONTROL_PLANE_NICE = -10
+_TLS_ENV = (
+    "ORCHARD_TLS_CERT",
+    "ORCHARD_TLS_KEY",
+    "ORCHARD_TLS_CLIENT_CA",
+    "ORCHARD_TLS_UPSTREAM_CA",
+)
 
 
 def register(commands: Any) -> None:
@@ -76,6 +94,12 @@ def register(commands: Any) -> None:
         type=int,
         default=None,
         help="nginx data-plane proxy port (default 50052, or a free one with --port 0)",
+    )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve TLS everywhere with a local CA made under <home>/secrets/tls "
+        "(clients trust <home>/run/ca.pem; endpoints become grpcs:// and https://)",
     )
     p.add_argument(
         "--nice",
@@ -239,6 +263,42 @@ def _session_priority(pid: int) -> None:
         print(f"orchard up: warning: session priority of pid {pid}: {err}", file=sys.stderr)
 
 
+@dataclass(frozen=True)
+class _TLSArgs:
+    """The children's TLS flags (all empty without ``--tls``)."""
+
+    server: list[str] = field(default_factory=list)
+    """``--tls-cert``/``--tls-key``: what every serving child presents."""
+    upstream: list[str] = field(default_factory=list)
+    """``--tls-upstream-ca``: how the gateway and nginx verify the executor."""
+    gateway_ca: list[str] = field(default_factory=list)
+    """``--gateway-ca``: how the rewards service verifies the gateway."""
+
+    @property
+    def on(self) -> bool:
+        return bool(self.server)
+
+    @classmethod
+    def make(cls, home: Path, layout: NodeLayout, host: str) -> _TLSArgs:
+        # Imported here: `cryptography` is a [server] package and the thin CLI imports this module.
+        from orchard.common.local_ca import LocalCA
+
+        ca = LocalCA.of_home(home)
+        try:
+            ca.ensure([host])
+        except (OSError, ValueError) as err:
+            raise StackError(f"--tls: cannot make the local CA under {ca.root}: {err}") from None
+        public = layout.run / "ca.pem"
+        staged = public.with_name(".ca.pem.tmp")
+        staged.write_bytes(ca.ca_file.read_bytes())
+        staged.replace(public)
+        return cls(
+            server=["--tls-cert", str(ca.cert_file), "--tls-key", str(ca.key_file)],
+            upstream=["--tls-upstream-ca", str(ca.ca_file)],
+            gateway_ca=["--gateway-ca", str(ca.ca_file)],
+        )
+
+
 def writable_layer(run_dir: Path) -> str:
     """What the scheduler's local backend chose for sandboxes' writable layer, in one line
     (``scratch.choose`` decides by kernel and writes it at start)."""
@@ -264,10 +324,17 @@ def cmd_up(args: argparse.Namespace) -> int:
         "gateway-http.addr",
         "rewards.addr",
         "data-plane.addr",
+        "ca.pem",
         WRITABLE_LAYER_FILE,
     ):
         (layout.run / stale).unlink(missing_ok=True)
+    tls = _TLSArgs.make(home, layout, args.host) if args.tls else _TLSArgs()
     env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    # TLS is orchard up's choice (--tls), never half-inherited from this shell's environment.
+    for name in (*_TLS_ENV, "ORCHARD_TLS_CA"):
+        env.pop(name, None)
+    if tls.on:  # the rewards service's SDK dials the grpcs:// gateway with it
+        env["ORCHARD_TLS_CA"] = str(layout.run / "ca.pem")
 
     stopping = False
 
@@ -297,15 +364,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     children: list[Child] = []
     try:
         executor, executor_addr = _start(
-            "executor", "orchard.executor", ["--listen", "127.0.0.1:0", *metrics], home, env
-        )
+            "executor", "orchard.executor", ["--listen", "127.0.0.1:0", *metrics, *tls.server],
+            home, env,
+        )  # fmt: skip
         executor.restart_args = _pinned(executor.restart_args, "--listen", executor_addr)
         children.append(executor)
         scheduler, scheduler_addr = _start(
             "scheduler",
             "orchard.scheduler",
             ["--listen", "127.0.0.1:0", "--executor-address", executor_addr, "--backend", "local",
-             "--init-binary", str(ensure_init_binary(home)), "--delete-all-on-shutdown", *metrics],
+             "--init-binary", str(ensure_init_binary(home)), "--delete-all-on-shutdown", *metrics,
+             *(["--executor-tls"] if tls.on else [])],
             home,
             env,
         )  # fmt: skip
@@ -313,7 +382,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         children.append(scheduler)
         gateway, endpoint = _start(
             "gateway", "orchard.gateway", ["--listen", f"{args.host}:{args.port}", "--scheduler", scheduler_addr,
-                                           *metrics, *rest, *no_python_proxy],
+                                           *metrics, *rest, *no_python_proxy, *tls.server, *tls.upstream],
             home, env,
         )  # fmt: skip
         gateway.restart_args = _pinned(
@@ -323,7 +392,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             gateway.restart_args = _pinned(
                 gateway.restart_args,
                 "--http-listen",
-                (layout.run / "gateway-http.addr").read_text().strip(),
+                (layout.run / "gateway-http.addr").read_text().strip().removeprefix("https://"),
             )
         children.append(gateway)
         data_plane = None
@@ -332,26 +401,36 @@ def cmd_up(args: argparse.Namespace) -> int:
             dp_port = dp_port if dp_port is not None else (0 if args.port == 0 else 50052)
             nginx, data_plane = _start(
                 "data-plane-proxy", "orchard.gateway.proxy_nginx_main",
-                ["--listen", f"{args.host}:{dp_port}", "--executor", executor_addr],
+                ["--listen", f"{args.host}:{dp_port}", "--executor", executor_addr,
+                 *tls.server, *tls.upstream],
                 home, env,
             )  # fmt: skip
-            nginx.restart_args = _pinned(nginx.restart_args, "--listen", data_plane)
+            nginx.restart_args = _pinned(
+                nginx.restart_args, "--listen", data_plane.removeprefix("grpcs://")
+            )
             children.append(nginx)
         rewards, rewards_addr = _start(
             "rewards",
             "orchard.rewards",
-            ["--listen", "127.0.0.1:0", "--gateway", endpoint],
+            ["--listen", "127.0.0.1:0", "--gateway", endpoint, *tls.server, *tls.gateway_ca],
             home,
             env,
         )
-        rewards.restart_args = _pinned(rewards.restart_args, "--listen", rewards_addr)
+        rewards.restart_args = _pinned(
+            rewards.restart_args, "--listen", rewards_addr.removeprefix("grpcs://")
+        )
         children.append(rewards)
         print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
         print(f"Dev API key: {home / 'dev-api-key'}", flush=True)
         print(f"Rewards: {rewards_addr}", flush=True)
         if rest:
             http = (layout.run / "gateway-http.addr").read_text().strip()
-            print(f"REST/JSON: http://{http}/v1/<Service>/<Method>", flush=True)
+            http = http if http.startswith("https://") else f"http://{http}"
+            print(f"REST/JSON: {http}/v1/<Service>/<Method>", flush=True)
+        if tls.on:
+            print(
+                f"TLS CA: {layout.run / 'ca.pem'}  (clients trust it; ORCHARD_TLS_CA)", flush=True
+            )
         if data_plane:
             print(f"Data-plane proxy (nginx): {data_plane}  (run/data-plane.addr)", flush=True)
         print(f"Metrics: {layout.run}/<service>.metrics.addr (Prometheus /metrics)", flush=True)

@@ -55,6 +55,7 @@ from ._rewards import AsyncRewards, GradeReport, JudgeVerdict, ProcessReward, Re
 from ._sync import Sandbox, Session
 from ._sync_client import Images, Orchard, Pools, Sandboxes
 from ._tar import DownloadResult
+from ._tls import TLS
 from ._transport import (
     AsyncGrpcTransport,
     AsyncInterceptor,
@@ -65,6 +66,7 @@ from ._transport import (
 )
 
 __all__ = [
+    "TLS",
     "AsyncGrpcTransport",
     "AsyncImages",
     "AsyncInterceptor",

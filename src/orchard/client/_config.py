@@ -19,9 +19,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ._errors import ConfigurationError
+from ._tls import TLS, resolve_endpoint
 
 DEFAULT_HOME = Path("/var/lib/orchard")
 DATA_PLANE_MODES = ("direct", "proxy")
@@ -30,15 +30,16 @@ DATA_PLANE_MODES = ("direct", "proxy")
 @dataclass(frozen=True)
 class ClientConfig:
     endpoint: str
-    """host:port of the gateway."""
+    """The gateway: ``grpcs://host:port`` (TLS) or ``host:port`` (plaintext); see ``_tls``."""
     api_key: str
     """Sent as ``authorization: Bearer <api_key>``."""
     data_plane: str = "direct"
     """``direct``: data-plane calls go to the node executor; ``proxy``: through the gateway."""
     data_plane_endpoint: str | None = None
     """host:port proxy-mode data-plane calls go to (an nginx proxy); None: the gateway endpoint."""
-    tls: Any = None
-    """TLS settings (``orchard.TLS``) or None for plaintext channels."""
+    tls: TLS | None = None
+    """TLS settings (``orchard.TLS``) or None for plaintext channels; :meth:`resolve` derives it
+    from the endpoint's scheme, ``tls=``, ``ORCHARD_TLS_*`` and the home's ``run/ca.pem``."""
     home: Path = field(default=DEFAULT_HOME, compare=False)
     """The node home the files above came from (the rewards endpoint is looked up there too)."""
 
@@ -53,7 +54,7 @@ class ClientConfig:
         api_key: str | None = None,
         environ: Mapping[str, str] | None = None,
         data_plane: str | None = None,
-        tls: Any = None,
+        tls: TLS | None = None,
         required: bool = True,
     ) -> ClientConfig:
         """``required=False`` (a client given its own transport, e.g. ``orchard.testing``'s
@@ -81,6 +82,10 @@ class ClientConfig:
         data_plane_endpoint = env.get("ORCHARD_DATA_PLANE_ENDPOINT") or (
             _read(home / "run" / "data-plane.addr") if from_home else ""
         )
+        if endpoint:
+            endpoint, tls = resolve_endpoint(
+                endpoint, tls, environ=env, home=home if from_home else None
+            )
         return cls(
             endpoint=endpoint,
             api_key=api_key,

@@ -23,6 +23,8 @@ from . import _requests
 from ._config import ClientConfig
 from ._errors import ConfigurationError, SandboxNotReadyError, from_rpc_error
 from ._models import SandboxInfo, sandbox_info
+from ._tls import TLS, with_scheme
+from ._transport import DEFAULT_CHANNEL_OPTIONS
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -48,11 +50,16 @@ class ExecutorAccess:
     address: str
     token: str
     expires_at: float
+    tls: bool = False
+    """The executor speaks TLS: dialled as ``grpcs://address``."""
 
     @classmethod
     def from_proto(cls, msg: sandbox_pb2.ExecutorAccess) -> ExecutorAccess:
         return cls(
-            msg.address, msg.token, msg.token_expires_at.seconds + msg.token_expires_at.nanos / 1e9
+            msg.address,
+            msg.token,
+            msg.token_expires_at.seconds + msg.token_expires_at.nanos / 1e9,
+            msg.tls,
         )
 
     def fresh(self, now: float | None = None) -> bool:
@@ -77,7 +84,7 @@ def resolve_config(
     endpoint: str | None,
     api_key: str | None,
     data_plane: str | None,
-    tls: Any,
+    tls: TLS | None,
     transport: object | None,
     interceptors: Sequence[object],
 ) -> ClientConfig:
@@ -91,9 +98,14 @@ def resolve_config(
     )
 
 
-def channel_credentials(tls: Any) -> grpc.ChannelCredentials | None:
+def channel_credentials(tls: TLS | None) -> grpc.ChannelCredentials | None:
     """The channel credentials of the client's TLS settings (None: plaintext)."""
-    return None if tls is None else tls.channel_credentials()  # type: ignore[no-any-return]
+    return None if tls is None else tls.channel_credentials()
+
+
+def channel_options(tls: TLS | None) -> list[tuple[str, Any]]:
+    """The transport's channel options: the defaults plus what ``tls`` needs (a server name)."""
+    return [*DEFAULT_CHANNEL_OPTIONS, *(tls.channel_options() if tls is not None else ())]
 
 
 class ClientCore:
@@ -109,7 +121,7 @@ class ClientCore:
         either way)."""
         if self.config.proxied:
             return self.config.data_plane_endpoint or self.config.endpoint
-        return access.address
+        return with_scheme(access.address, access.tls)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.config.endpoint or 'in-process'}>"

@@ -34,7 +34,13 @@ from orchard._proto.orchard.v1 import (
 
 from . import _requests, _values
 from ._config import ClientConfig
-from ._core import ClientCore, channel_credentials, resolve_config, translate_errors
+from ._core import (
+    ClientCore,
+    channel_credentials,
+    channel_options,
+    resolve_config,
+    translate_errors,
+)
 from ._errors import QuotaExceededError
 from ._models import ImageInfo, SandboxInfo, TenantInfo, image_info, sandbox_info, tenant_info
 from ._network import NetworkPolicy
@@ -42,6 +48,7 @@ from ._pools import PoolInfo, hint_request, pool_info
 from ._quota_wait import QuotaWait
 from ._rewards import Rewards
 from ._sync import Sandbox
+from ._tls import TLS
 from ._transport import GrpcTransport, Interceptor, Transport
 
 StubT = TypeVar("StubT")
@@ -50,14 +57,17 @@ StubT = TypeVar("StubT")
 class Orchard(ClientCore):
     """A connection to one Orchard deployment (sync). Thread-safe; make one and share it.
 
-    ``endpoint`` (host:port of the gateway) and ``api_key`` default to
+    ``endpoint`` (``host:port`` of the gateway; ``grpcs://host:port`` for TLS) and ``api_key`` default to
     ``ORCHARD_ENDPOINT`` / ``ORCHARD_API_KEY``, then to the files ``orchard up``
     writes under ``ORCHARD_HOME``. ``data_plane`` is ``"direct"`` (exec and file
     calls straight to the node executor) or ``"proxy"`` (through the gateway);
     default ``ORCHARD_DATA_PLANE`` or direct. ``rewards_endpoint`` defaults to
     ``ORCHARD_REWARDS_ENDPOINT`` or the local stack's, looked up on first use of
     :attr:`rewards`. ``interceptors`` are sync gRPC client interceptors applied
-    to every call (timing, tracing, retries). ``transport`` replaces the gRPC
+    to every call (timing, tracing, retries). ``tls`` (an :class:`orchard.TLS`: CA, client certificate,
+    server name) turns TLS on; without it a ``grpcs://`` endpoint trusts
+    ``ORCHARD_TLS_CA``, the home's ``run/ca.pem`` or the system's roots
+    (``_tls``). ``transport`` replaces the gRPC
     wire altogether (``orchard.testing``'s fake); give interceptors and TLS to
     it then, not here.
     """
@@ -69,7 +79,7 @@ class Orchard(ClientCore):
         *,
         data_plane: str | None = None,
         rewards_endpoint: str | None = None,
-        tls: Any = None,
+        tls: TLS | None = None,
         interceptors: Sequence[Interceptor] = (),
         transport: Transport | None = None,
     ) -> None:
@@ -99,7 +109,9 @@ class Orchard(ClientCore):
     ) -> None:
         super().__init__(config)
         self.transport: Transport = transport or GrpcTransport(
-            credentials=channel_credentials(config.tls), interceptors=interceptors
+            credentials=channel_credentials(config.tls),
+            interceptors=interceptors,
+            options=channel_options(config.tls),
         )
         self._rewards_endpoint = rewards_endpoint
         self._stubs: dict[tuple[str, Callable[[Any], Any]], Any] = {}

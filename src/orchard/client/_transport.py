@@ -26,6 +26,8 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import grpc
 
+from ._tls import split_address
+
 DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     # Keep idle connections alive through NATs and notice dead peers in ~40 s.
     ("grpc.keepalive_time_ms", 30_000),
@@ -81,7 +83,11 @@ class AsyncTransport(Protocol):
 
 
 class GrpcTransport:
-    """Real gRPC channels: plaintext, or TLS when ``credentials`` are given.
+    """Real gRPC channels: TLS for ``grpcs://host:port`` addresses (with ``credentials``, or the
+    system's roots when None), plaintext for a bare ``host:port``, ``grpc://`` and ``unix:``.
+    The client writes every address it hands over that way (``_tls.resolve_endpoint``,
+    ``ExecutorAccess.tls``), so one client can reach a TLS gateway and a plaintext
+    ``unix:`` executor.
 
     ``interceptors`` wrap every channel (``grpc.intercept_channel``): timing in a
     load generator, tracing, retries. ``options`` replace the defaults above.
@@ -107,10 +113,12 @@ class GrpcTransport:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                if self.credentials is None:
-                    channel = grpc.insecure_channel(address, options=self.options)
+                target, secure = split_address(address)
+                if secure:
+                    credentials = self.credentials or grpc.ssl_channel_credentials()
+                    channel = grpc.secure_channel(target, credentials, options=self.options)
                 else:
-                    channel = grpc.secure_channel(address, self.credentials, options=self.options)
+                    channel = grpc.insecure_channel(target, options=self.options)
                 if self.interceptors:
                     channel = grpc.intercept_channel(channel, *self.interceptors)
                 self._channels[address] = channel
@@ -149,13 +157,17 @@ class AsyncGrpcTransport:
         channel = per_loop.get(address)
         if channel is None:
             interceptors = list(self.interceptors) or None
-            if self.credentials is None:
-                channel = grpc.aio.insecure_channel(
-                    address, options=self.options, interceptors=interceptors
+            target, secure = split_address(address)
+            if secure:
+                channel = grpc.aio.secure_channel(
+                    target,
+                    self.credentials or grpc.ssl_channel_credentials(),
+                    options=self.options,
+                    interceptors=interceptors,
                 )
             else:
-                channel = grpc.aio.secure_channel(
-                    address, self.credentials, options=self.options, interceptors=interceptors
+                channel = grpc.aio.insecure_channel(
+                    target, options=self.options, interceptors=interceptors
                 )
             per_loop[address] = channel
         return channel

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from orchard._proto.orchard.v1 import common_pb2 as orchard_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18orchard/v1/sandbox.proto\x12\norchard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17orchard/v1/common.proto\"\x87\x03\n\x14\x43reateSandboxRequest\x12\r\n\x05image\x18\x01 \x01(\t\x12(\n\tresources\x18\x02 \x01(\x0b\x32\x15.orchard.v1.Resources\x12*\n\x07network\x18\x03 \x01(\x0b\x32\x19.orchard.v1.NetworkPolicy\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\x03\x12<\n\x06labels\x18\x05 \x03(\x0b\x32,.orchard.v1.CreateSandboxRequest.LabelsEntry\x12\x36\n\x03\x65nv\x18\x06 \x03(\x0b\x32).orchard.v1.CreateSandboxRequest.EnvEntry\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x10\n\x08template\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"f\n\x0e\x45xecutorAccess\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x34\n\x10token_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc4\x04\n\x07Sandbox\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\t\x12(\n\tresources\x18\x03 \x01(\x0b\x32\x15.orchard.v1.Resources\x12*\n\x07network\x18\x04 \x01(\x0b\x32\x19.orchard.v1.NetworkPolicy\x12\'\n\x05state\x18\x05 \x01(\x0e\x32\x18.orchard.v1.SandboxState\x12\x14\n\x0cstate_reason\x18\x06 \x01(\t\x12/\n\x06labels\x18\x07 \x03(\x0b\x32\x1f.orchard.v1.Sandbox.LabelsEntry\x12)\n\x03\x65nv\x18\x08 \x03(\x0b\x32\x1c.orchard.v1.Sandbox.EnvEntry\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65xecutor\x18\x0b \x01(\x0b\x32\x1a.orchard.v1.ExecutorAccess\x12\x0e\n\x06tenant\x18\x0c \x01(\t\x12\x10\n\x08template\x18\r \x01(\t\x12\r\n\x05\x66\x61ult\x18\x0e \x01(\t\x12\x13\n\x0bttl_seconds\x18\x0f \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1f\n\x11GetSandboxRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x83\x01\n\x14ListSandboxesRequest\x12<\n\x06labels\x18\x01 \x03(\x0b\x32,.orchard.v1.ListSandboxesRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\x15ListSandboxesResponse\x12&\n\tsandboxes\x18\x01 \x03(\x0b\x32\x13.orchard.v1.Sandbox\"\"\n\x14\x44\x65leteSandboxRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteSandboxResponse\"3\n\x10KeepAliveRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x03\"\x13\n\x11ListImagesRequest\"M\n\x05Image\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x0e\n\x06layers\x18\x03 \x01(\x05\x12\x12\n\nis_default\x18\x04 \x01(\x08\"7\n\x12ListImagesResponse\x12!\n\x06images\x18\x01 \x03(\x0b\x32\x11.orchard.v1.Image\"\x12\n\x10GetTenantRequest\"\x94\x01\n\x0bTenantQuota\x12\x15\n\rmax_sandboxes\x18\x01 \x01(\x05\x12\x16\n\x0emax_cpu_millis\x18\x02 \x01(\x03\x12\x18\n\x10max_memory_bytes\x18\x03 \x01(\x03\x12\x13\n\x0b\x63reate_rate\x18\x04 \x01(\x01\x12\x14\n\x0c\x63reate_burst\x18\x05 \x01(\x05\x12\x11\n\tmax_execs\x18\x06 \x01(\x05\"J\n\x0bTenantUsage\x12\x11\n\tsandboxes\x18\x01 \x01(\x05\x12\x12\n\ncpu_millis\x18\x02 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\"\x84\x01\n\nTenantView\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12&\n\x05quota\x18\x02 \x01(\x0b\x32\x17.orchard.v1.TenantQuota\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x17.orchard.v1.TenantUsage\x12\x16\n\x0eserver_version\x18\x04 \x01(\t\"T\n\x1aUpdateNetworkPolicyRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07network\x18\x02 \x01(\x0b\x32\x19.orchard.v1.NetworkPolicy*y\n\x0cSandboxState\x12\x1d\n\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\t\n\x05READY\x10\x02\x12\x0c\n\x08\x44\x45LETING\x10\x03\x12\x0b\n\x07\x44\x45LETED\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05\x12\x0b\n\x07\x43LAIMED\x10\x06\x32\xba\x05\n\x0eSandboxService\x12\x46\n\rCreateSandbox\x12 .orchard.v1.CreateSandboxRequest\x1a\x13.orchard.v1.Sandbox\x12@\n\nGetSandbox\x12\x1d.orchard.v1.GetSandboxRequest\x1a\x13.orchard.v1.Sandbox\x12T\n\rListSandboxes\x12 .orchard.v1.ListSandboxesRequest\x1a!.orchard.v1.ListSandboxesResponse\x12T\n\rDeleteSandbox\x12 .orchard.v1.DeleteSandboxRequest\x1a!.orchard.v1.DeleteSandboxResponse\x12N\n\x11GetExecutorAccess\x12\x1d.orchard.v1.GetSandboxRequest\x1a\x1a.orchard.v1.ExecutorAccess\x12K\n\nListImages\x12\x1d.orchard.v1.ListImagesRequest\x1a\x1e.orchard.v1.ListImagesResponse\x12>\n\tKeepAlive\x12\x1c.orchard.v1.KeepAliveRequest\x1a\x13.orchard.v1.Sandbox\x12R\n\x13UpdateNetworkPolicy\x12&.orchard.v1.UpdateNetworkPolicyRequest\x1a\x13.orchard.v1.Sandbox\x12\x41\n\tGetTenant\x12\x1c.orchard.v1.GetTenantRequest\x1a\x16.orchard.v1.TenantViewb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18orchard/v1/sandbox.proto\x12\norchard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17orchard/v1/common.proto\"\x87\x03\n\x14\x43reateSandboxRequest\x12\r\n\x05image\x18\x01 \x01(\t\x12(\n\tresources\x18\x02 \x01(\x0b\x32\x15.orchard.v1.Resources\x12*\n\x07network\x18\x03 \x01(\x0b\x32\x19.orchard.v1.NetworkPolicy\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\x03\x12<\n\x06labels\x18\x05 \x03(\x0b\x32,.orchard.v1.CreateSandboxRequest.LabelsEntry\x12\x36\n\x03\x65nv\x18\x06 \x03(\x0b\x32).orchard.v1.CreateSandboxRequest.EnvEntry\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x10\n\x08template\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"s\n\x0e\x45xecutorAccess\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x34\n\x10token_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03tls\x18\x04 \x01(\x08\"\xc4\x04\n\x07Sandbox\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\t\x12(\n\tresources\x18\x03 \x01(\x0b\x32\x15.orchard.v1.Resources\x12*\n\x07network\x18\x04 \x01(\x0b\x32\x19.orchard.v1.NetworkPolicy\x12\'\n\x05state\x18\x05 \x01(\x0e\x32\x18.orchard.v1.SandboxState\x12\x14\n\x0cstate_reason\x18\x06 \x01(\t\x12/\n\x06labels\x18\x07 \x03(\x0b\x32\x1f.orchard.v1.Sandbox.LabelsEntry\x12)\n\x03\x65nv\x18\x08 \x03(\x0b\x32\x1c.orchard.v1.Sandbox.EnvEntry\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65xecutor\x18\x0b \x01(\x0b\x32\x1a.orchard.v1.ExecutorAccess\x12\x0e\n\x06tenant\x18\x0c \x01(\t\x12\x10\n\x08template\x18\r \x01(\t\x12\r\n\x05\x66\x61ult\x18\x0e \x01(\t\x12\x13\n\x0bttl_seconds\x18\x0f \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1f\n\x11GetSandboxRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x83\x01\n\x14ListSandboxesRequest\x12<\n\x06labels\x18\x01 \x03(\x0b\x32,.orchard.v1.ListSandboxesRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\x15ListSandboxesResponse\x12&\n\tsandboxes\x18\x01 \x03(\x0b\x32\x13.orchard.v1.Sandbox\"\"\n\x14\x44\x65leteSandboxRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x17\n\x15\x44\x65leteSandboxResponse\"3\n\x10KeepAliveRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x03\"\x13\n\x11ListImagesRequest\"M\n\x05Image\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x0e\n\x06layers\x18\x03 \x01(\x05\x12\x12\n\nis_default\x18\x04 \x01(\x08\"7\n\x12ListImagesResponse\x12!\n\x06images\x18\x01 \x03(\x0b\x32\x11.orchard.v1.Image\"\x12\n\x10GetTenantRequest\"\x94\x01\n\x0bTenantQuota\x12\x15\n\rmax_sandboxes\x18\x01 \x01(\x05\x12\x16\n\x0emax_cpu_millis\x18\x02 \x01(\x03\x12\x18\n\x10max_memory_bytes\x18\x03 \x01(\x03\x12\x13\n\x0b\x63reate_rate\x18\x04 \x01(\x01\x12\x14\n\x0c\x63reate_burst\x18\x05 \x01(\x05\x12\x11\n\tmax_execs\x18\x06 \x01(\x05\"J\n\x0bTenantUsage\x12\x11\n\tsandboxes\x18\x01 \x01(\x05\x12\x12\n\ncpu_millis\x18\x02 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\"\x84\x01\n\nTenantView\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12&\n\x05quota\x18\x02 \x01(\x0b\x32\x17.orchard.v1.TenantQuota\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x17.orchard.v1.TenantUsage\x12\x16\n\x0eserver_version\x18\x04 \x01(\t\"T\n\x1aUpdateNetworkPolicyRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x07network\x18\x02 \x01(\x0b\x32\x19.orchard.v1.NetworkPolicy*y\n\x0cSandboxState\x12\x1d\n\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\t\n\x05READY\x10\x02\x12\x0c\n\x08\x44\x45LETING\x10\x03\x12\x0b\n\x07\x44\x45LETED\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05\x12\x0b\n\x07\x43LAIMED\x10\x06\x32\xba\x05\n\x0eSandboxService\x12\x46\n\rCreateSandbox\x12 .orchard.v1.CreateSandboxRequest\x1a\x13.orchard.v1.Sandbox\x12@\n\nGetSandbox\x12\x1d.orchard.v1.GetSandboxRequest\x1a\x13.orchard.v1.Sandbox\x12T\n\rListSandboxes\x12 .orchard.v1.ListSandboxesRequest\x1a!.orchard.v1.ListSandboxesResponse\x12T\n\rDeleteSandbox\x12 .orchard.v1.DeleteSandboxRequest\x1a!.orchard.v1.DeleteSandboxResponse\x12N\n\x11GetExecutorAccess\x12\x1d.orchard.v1.GetSandboxRequest\x1a\x1a.orchard.v1.ExecutorAccess\x12K\n\nListImages\x12\x1d.orchard.v1.ListImagesRequest\x1a\x1e.orchard.v1.ListImagesResponse\x12>\n\tKeepAlive\x12\x1c.orchard.v1.KeepAliveRequest\x1a\x13.orchard.v1.Sandbox\x12R\n\x13UpdateNetworkPolicy\x12&.orchard.v1.UpdateNetworkPolicyRequest\x1a\x13.orchard.v1.Sandbox\x12\x41\n\tGetTenant\x12\x1c.orchard.v1.GetTenantRequest\x1a\x16.orchard.v1.TenantViewb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,8 +44,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SANDBOX_ENVENTRY']._serialized_options = b'8\001'
   _globals['_LISTSANDBOXESREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_LISTSANDBOXESREQUEST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_SANDBOXSTATE']._serialized_start=2150
-  _globals['_SANDBOXSTATE']._serialized_end=2271
+  _globals['_SANDBOXSTATE']._serialized_start=2163
+  _globals['_SANDBOXSTATE']._serialized_end=2284
   _globals['_CREATESANDBOXREQUEST']._serialized_start=99
   _globals['_CREATESANDBOXREQUEST']._serialized_end=490
   _globals['_CREATESANDBOXREQUEST_LABELSENTRY']._serialized_start=401
@@ -53,43 +53,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATESANDBOXREQUEST_ENVENTRY']._serialized_start=448
   _globals['_CREATESANDBOXREQUEST_ENVENTRY']._serialized_end=490
   _globals['_EXECUTORACCESS']._serialized_start=492
-  _globals['_EXECUTORACCESS']._serialized_end=594
-  _globals['_SANDBOX']._serialized_start=597
-  _globals['_SANDBOX']._serialized_end=1177
+  _globals['_EXECUTORACCESS']._serialized_end=607
+  _globals['_SANDBOX']._serialized_start=610
+  _globals['_SANDBOX']._serialized_end=1190
   _globals['_SANDBOX_LABELSENTRY']._serialized_start=401
   _globals['_SANDBOX_LABELSENTRY']._serialized_end=446
   _globals['_SANDBOX_ENVENTRY']._serialized_start=448
   _globals['_SANDBOX_ENVENTRY']._serialized_end=490
-  _globals['_GETSANDBOXREQUEST']._serialized_start=1179
-  _globals['_GETSANDBOXREQUEST']._serialized_end=1210
-  _globals['_LISTSANDBOXESREQUEST']._serialized_start=1213
-  _globals['_LISTSANDBOXESREQUEST']._serialized_end=1344
+  _globals['_GETSANDBOXREQUEST']._serialized_start=1192
+  _globals['_GETSANDBOXREQUEST']._serialized_end=1223
+  _globals['_LISTSANDBOXESREQUEST']._serialized_start=1226
+  _globals['_LISTSANDBOXESREQUEST']._serialized_end=1357
   _globals['_LISTSANDBOXESREQUEST_LABELSENTRY']._serialized_start=401
   _globals['_LISTSANDBOXESREQUEST_LABELSENTRY']._serialized_end=446
-  _globals['_LISTSANDBOXESRESPONSE']._serialized_start=1346
-  _globals['_LISTSANDBOXESRESPONSE']._serialized_end=1409
-  _globals['_DELETESANDBOXREQUEST']._serialized_start=1411
-  _globals['_DELETESANDBOXREQUEST']._serialized_end=1445
-  _globals['_DELETESANDBOXRESPONSE']._serialized_start=1447
-  _globals['_DELETESANDBOXRESPONSE']._serialized_end=1470
-  _globals['_KEEPALIVEREQUEST']._serialized_start=1472
-  _globals['_KEEPALIVEREQUEST']._serialized_end=1523
-  _globals['_LISTIMAGESREQUEST']._serialized_start=1525
-  _globals['_LISTIMAGESREQUEST']._serialized_end=1544
-  _globals['_IMAGE']._serialized_start=1546
-  _globals['_IMAGE']._serialized_end=1623
-  _globals['_LISTIMAGESRESPONSE']._serialized_start=1625
-  _globals['_LISTIMAGESRESPONSE']._serialized_end=1680
-  _globals['_GETTENANTREQUEST']._serialized_start=1682
-  _globals['_GETTENANTREQUEST']._serialized_end=1700
-  _globals['_TENANTQUOTA']._serialized_start=1703
-  _globals['_TENANTQUOTA']._serialized_end=1851
-  _globals['_TENANTUSAGE']._serialized_start=1853
-  _globals['_TENANTUSAGE']._serialized_end=1927
-  _globals['_TENANTVIEW']._serialized_start=1930
-  _globals['_TENANTVIEW']._serialized_end=2062
-  _globals['_UPDATENETWORKPOLICYREQUEST']._serialized_start=2064
-  _globals['_UPDATENETWORKPOLICYREQUEST']._serialized_end=2148
-  _globals['_SANDBOXSERVICE']._serialized_start=2274
-  _globals['_SANDBOXSERVICE']._serialized_end=2972
+  _globals['_LISTSANDBOXESRESPONSE']._serialized_start=1359
+  _globals['_LISTSANDBOXESRESPONSE']._serialized_end=1422
+  _globals['_DELETESANDBOXREQUEST']._serialized_start=1424
+  _globals['_DELETESANDBOXREQUEST']._serialized_end=1458
+  _globals['_DELETESANDBOXRESPONSE']._serialized_start=1460
+  _globals['_DELETESANDBOXRESPONSE']._serialized_end=1483
+  _globals['_KEEPALIVEREQUEST']._serialized_start=1485
+  _globals['_KEEPALIVEREQUEST']._serialized_end=1536
+  _globals['_LISTIMAGESREQUEST']._serialized_start=1538
+  _globals['_LISTIMAGESREQUEST']._serialized_end=1557
+  _globals['_IMAGE']._serialized_start=1559
+  _globals['_IMAGE']._serialized_end=1636
+  _globals['_LISTIMAGESRESPONSE']._serialized_start=1638
+  _globals['_LISTIMAGESRESPONSE']._serialized_end=1693
+  _globals['_GETTENANTREQUEST']._serialized_start=1695
+  _globals['_GETTENANTREQUEST']._serialized_end=1713
+  _globals['_TENANTQUOTA']._serialized_start=1716
+  _globals['_TENANTQUOTA']._serialized_end=1864
+  _globals['_TENANTUSAGE']._serialized_start=1866
+  _globals['_TENANTUSAGE']._serialized_end=1940
+  _globals['_TENANTVIEW']._serialized_start=1943
+  _globals['_TENANTVIEW']._serialized_end=2075
+  _globals['_UPDATENETWORKPOLICYREQUEST']._serialized_start=2077
+  _globals['_UPDATENETWORKPOLICYREQUEST']._serialized_end=2161
+  _globals['_SANDBOXSERVICE']._serialized_start=2287
+  _globals['_SANDBOXSERVICE']._serialized_end=2985
 # @@protoc_insertion_point(module_scope)

@@ -165,8 +165,14 @@ class ExecutorAccess(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     TOKEN_FIELD_NUMBER: _builtins.int
     TOKEN_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    TLS_FIELD_NUMBER: _builtins.int
     address: _builtins.str
     token: _builtins.str
+    tls: _builtins.bool
+    """The executor at `address` speaks TLS (dial it as grpcs://address, trusting the
+    CA the client trusts for the gateway unless told otherwise). False for plaintext
+    executors and for unix: sockets.
+    """
     @_builtins.property
     def token_expires_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -175,10 +181,11 @@ class ExecutorAccess(_message.Message):
         address: _builtins.str = ...,
         token: _builtins.str = ...,
         token_expires_at: _timestamp_pb2.Timestamp | None = ...,
+        tls: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["token_expires_at", b"token_expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "token", b"token", "token_expires_at", b"token_expires_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "tls", b"tls", "token", b"token", "token_expires_at", b"token_expires_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
