@@ -251,6 +251,11 @@ def _witnessed_log(body: str, exit_code: int) -> str:
     lines = body.rstrip("\n").split("\n")
     harness = [line for line in lines if line.startswith(_HARNESS_LINE)]
     expected = [START_MARKER, END_MARKER, f">>>>> Test Exit Code: {exit_code}"]
+    if harness in ([], [START_MARKER]):
+        raise WitnessViolation(
+            RUNNER_INCOMPLETE,
+            "the eval script did not reach its end marker (killed or exited early)",
+        )
     if harness != expected or lines[-2:] != expected[1:]:
         raise WitnessViolation(
             FORGED_LOG,
@@ -305,15 +310,19 @@ async def _run_witnessed(
                     FORGED_LOG, "the junit report changed after the witness read it"
                 )
         result = grade_log(instance, log, settings, finish=False)
-        if result.kind is GradeKind.GRADED:
+        if result.kind in (GradeKind.GRADED, GradeKind.INVALID_LOG):
             section = log.split(START_MARKER, 1)[1].rsplit(END_MARKER, 1)[0]
             check_completion(
                 RunEvidence(
-                    section, instance.log_parser, result.statuses,
-                    instance.fail_to_pass + instance.pass_to_pass, record.exit_code,
-                    junit, junit_expected=bool(report),
+                    section,
+                    instance.log_parser,
+                    result.statuses,
+                    instance.fail_to_pass + instance.pass_to_pass,
+                    record.exit_code,
+                    junit,
+                    junit_expected=bool(report),
                 )
-            )  # fmt: skip
+            )  # fmt: skip  (an ungradable log that also lacks the record says why: runner_incomplete)
     except WitnessViolation as violation:
         reason = f"{violation.flag}: {violation.reason}"
         if run.status.truncated:
