@@ -165,6 +165,15 @@ def test_gate_sees_removed_tests_and_passes_honest_code() -> None:
     assert scan_patch(honest) == []
 
 
+def test_a_frameworks_own_source_may_talk_about_hooks() -> None:
+    hook = "+def pytest_runtest_makereport(item, call):\n+    print('PASSED x.py::t')\n"
+    patch = (
+        f"--- a/src/_pytest/runner.py\n+++ b/src/_pytest/runner.py\n@@ -1,1 +1,3 @@\n x = 1\n{hook}"
+    )
+    assert scan_patch(patch) == []
+    assert [f.rule for f in scan_patch(patch + "+os._exit(0)\n")] == ["process_exit"]
+
+
 def test_test_infrastructure_rules() -> None:
     assert infrastructure_reason("tests/test_a.py", set()) == "a test file"
     assert infrastructure_reason("pkg/conftest.py", set()) is not None
