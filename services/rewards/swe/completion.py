@@ -61,8 +61,9 @@ _PYTEST_PARSERS = (
 _UNITTEST_PARSERS = (parse_django, parse_unittest)
 
 _PYTEST_SUMMARY = re.compile(
-    r"^=+ (?P<body>.+?) in [\d.]+s(?:ec)?(?: \([^)]*\))? =+$", re.MULTILINE
+    r"^=+ (?P<body>.+?) in [\d.]+ ?s(?:ec|econds)?(?: \([^)]*\))? =+$", re.MULTILINE
 )
+"""pytest >= 5.4 ends with ``in 0.15s`` (``in 12.3s (0:00:12)``), older ones with ``in 0.15 seconds``."""
 _PYTEST_SHORT_HEADER = re.compile(r"^=+ short test summary info =+$", re.MULTILINE)
 _COUNT = re.compile(r"(\d+) (\w+)")
 _COUNT_WORDS = {
