@@ -14,7 +14,7 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx
 
-.PHONY: run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus test-llm test-rewards-ml
+.PHONY: run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
@@ -116,6 +116,9 @@ rewards-corpus: setup ## regenerate tests/rewards/corpus (real suites in sandbox
 	cd $(REWARDS_SDISTS) && for p in Django asgiref sqlparse sympy mpmath six more-itertools; do \
 		../../$(PY) -m pip download -q --no-deps --no-binary :all: $$p; done
 	$(PY) tests/rewards/corpus/make_corpus.py --sdists $(REWARDS_SDISTS)
+
+rewards-false-positives: setup ## the hardened SWE runner and the static gate on 52 honest patches + 22 upstream diffs (starts its own stack)
+	$(PY) tests/rewards/false_positives.py --start-stack
 
 test-llm: venv ## opt-in: the LLM judge against SmolLM2-135M served by llama.cpp (compiles for minutes)
 	$(PY) -m pip install -q -e '.[rewards-llm]'

@@ -22,8 +22,10 @@ from .prm.scorer import DEFAULT_ALPHA, Reference, score_process
 from .rerank.model import ValueModel
 from .rerank.store import Rollout
 from .settings import RewardSettings
+from .swe.diff_gate import HIGH, Finding
 from .swe.instance import InstanceError, parse_instance
 from .swe.outcome import GradeResult
+from .swe.policy import RewardPolicy
 from .swe.runner import RunnerSettings, grade_patch_async
 from .swe.schemes import DEFAULT_F2P_WEIGHT, RewardScheme
 
@@ -51,7 +53,17 @@ async def _trajectory(context: Context, text: str, field: str) -> list[dict[str,
     return value
 
 
-def grade_response(result: GradeResult) -> rewards_pb2.GradeResponse:
+def finding_message(finding: Finding, zeroes: bool) -> rewards_pb2.GateFinding:
+    return rewards_pb2.GateFinding(
+        rule=finding.rule, severity=finding.severity, path=finding.path, line=finding.line,
+        reason=finding.reason[:1000], zeroes_reward=zeroes,
+    )  # fmt: skip
+
+
+def grade_response(
+    result: GradeResult, policy: RewardPolicy | None = None
+) -> rewards_pb2.GradeResponse:
+    policy = policy or RewardPolicy()
     return rewards_pb2.GradeResponse(
         instance_id=result.instance_id,
         kind=result.kind.value,
@@ -70,6 +82,10 @@ def grade_response(result: GradeResult) -> rewards_pb2.GradeResponse:
         log_tail=result.log[-LOG_TAIL:],
         duration_seconds=result.duration_seconds,
         test_statuses=result.statuses,
+        integrity=result.integrity,
+        findings=[finding_message(f, policy.zeroes(f)) for f in result.findings[:200]],
+        restored_files=result.restored_files[:200],
+        fault=result.fault,
     )
 
 
@@ -106,7 +122,7 @@ class RewardService(rewards_pb2_grpc.RewardServiceServicer):
         )
         async with self._grades:
             result = await grade_patch_async(instance, request.output, settings)
-        return grade_response(result)
+        return grade_response(result, instance.reward_policy)
 
     async def Judge(
         self, request: rewards_pb2.JudgeRequest, context: Context
@@ -144,6 +160,7 @@ class RewardService(rewards_pb2_grpc.RewardServiceServicer):
             reward=score.reward, judged=score.judged, j=score.j, scores=score.scores,
             gated=score.gated, gate_reasons=score.gate_reasons, reasoning=score.reasoning,
             failure=score.failure,
+            findings=[finding_message(f, f.severity == HIGH) for f in score.findings[:200]],
         )  # fmt: skip
 
     async def Rank(

@@ -165,4 +165,4 @@ def test_concurrency_limit_holds() -> None:
 def test_templates_are_versioned() -> None:
     assert get_template("patch_verdict") is PATCH_VERDICT
     assert get_template("patch_verdict@1") is PATCH_VERDICT
-    assert get_template("prm_rubrics").version == "1"
+    assert get_template("prm_rubrics").version == "2"  # v2: the static gate findings

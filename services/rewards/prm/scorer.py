@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..judge.client import Judge
 from ..judge.templates import RubricTemplate, register
+from ..swe.diff_gate import Finding
 from .gate import gate
 from .render import Message, head_tail, render_trajectory
 from .rubrics import RUBRICS, snap, weighted_mean
@@ -36,7 +37,7 @@ _SCHEMA = {
 
 PRM_TEMPLATE = RubricTemplate(
     name="prm_rubrics",
-    version="1",
+    version="2",
     system=(
         "You grade how an AI software agent worked on a task, not only its result. "
         "Score each rubric from 0.0 to 1.0 in steps of 0.1. Reply with one JSON object only: "
@@ -44,7 +45,7 @@ PRM_TEMPLATE = RubricTemplate(
     ),
     user=(
         "Rubrics:\n{rubrics}\n\nTask:\n{task}\n\n{reference}Trajectory (compacted):\n{trajectory}\n\n"
-        "Final patch:\n```diff\n{patch}\n```"
+        "Final patch:\n```diff\n{patch}\n```\n\n{findings}"
     ),
     schema=_SCHEMA,
 )
@@ -82,16 +83,34 @@ class ProcessScore:
     gate_reasons: list[str] = field(default_factory=list)
     reasoning: str = ""
     failure: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    """The static gate's findings on the patch (gating or shown to the judge)."""
 
 
 def rubric_text() -> str:
     return "\n".join(f"{r.key} {r.name} (weight {r.weight}): {r.question}" for r in RUBRICS)
 
 
+def render_findings(findings: Sequence[Finding]) -> str:
+    """The static findings as the judge reads them (weigh them in R7, verification integrity)."""
+    if not findings:
+        return ""
+    lines = [f"- {f.render()}" for f in findings[:30]]
+    return (
+        "Static checks of the patch found (weigh these in R7; they are hints, not proof):\n"
+        + "\n".join(lines)
+    )
+
+
 def prm_inputs(
-    task: str, messages: Sequence[Message], patch: str, reference: Reference | None
+    task: str,
+    messages: Sequence[Message],
+    patch: str,
+    reference: Reference | None,
+    findings: Sequence[Finding] = (),
 ) -> dict[str, str]:
     return {
+        "findings": render_findings(findings),
         "rubrics": rubric_text(),
         "task": head_tail(task, 4000, 1000),
         "reference": reference.render() if reference else "",
@@ -111,10 +130,16 @@ async def score_process(
 ) -> ProcessScore:
     checked = gate(patch, messages)
     if not checked.passed:
-        return ProcessScore(reward=0.0, judged=False, gated=True, gate_reasons=checked.reasons)
-    verdict = await judge.judge(PRM_TEMPLATE, prm_inputs(task, messages, patch, reference))
+        return ProcessScore(
+            reward=0.0, judged=False, gated=True, gate_reasons=checked.reasons,
+            findings=checked.findings,
+        )  # fmt: skip
+    inputs = prm_inputs(task, messages, patch, reference, checked.findings)
+    verdict = await judge.judge(PRM_TEMPLATE, inputs)
     if not verdict.ok:
-        return ProcessScore(reward=outcome, judged=False, failure=verdict.failure)
+        return ProcessScore(
+            reward=outcome, judged=False, failure=verdict.failure, findings=checked.findings
+        )
     scores = {r.key: snap(float(verdict.data["scores"][r.key])) for r in RUBRICS}
     j = weighted_mean(scores)
     return ProcessScore(
@@ -123,4 +148,5 @@ async def score_process(
         j=j,
         scores=scores,
         reasoning=str(verdict.data.get("reasoning", "")),
+        findings=checked.findings,
     )

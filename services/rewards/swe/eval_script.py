@@ -4,6 +4,7 @@ It changes to the work directory, runs the pre-commands, echoes the start
 marker, runs the test command with stderr merged into stdout, records its exit
 code after the end marker (``>>>>> Test Exit Code: N``, as swebench 5.x's eval
 scripts do, so grading can reject a log that claims success for a failed run).
+The reward runner runs it under the witness (``witness``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from .instance import SweInstance
 EXIT_CODE_VAR = "ORCHARD_TEST_EXIT_CODE"
 
 
-def eval_script(instance: SweInstance) -> str:
+def eval_script(instance: SweInstance, *, exit_with_test_code: bool = False) -> str:
+    """The script; ``exit_with_test_code`` makes it exit with the tests' code (the witness
+    records it, bound to its nonce), where the plain script exits 0 as swebench's do."""
     lines = [
         "#!/bin/bash",
         "set -uo pipefail",
@@ -27,7 +30,7 @@ def eval_script(instance: SweInstance) -> str:
         f"{EXIT_CODE_VAR}=$?",
         f"echo {shlex.quote(END_MARKER)}",
         f'echo "{EXIT_CODE_MARKER}: ${EXIT_CODE_VAR}"',
-        "exit 0",
+        f"exit ${EXIT_CODE_VAR}" if exit_with_test_code else "exit 0",
     ]
     return "\n".join(lines) + "\n"
 

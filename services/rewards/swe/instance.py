@@ -17,6 +17,7 @@ from typing import Any
 
 from .grading import EvalType
 from .parsers import UnknownParserError, parser_for
+from .policy import PolicyError, RewardPolicy, parse_policy
 
 DEFAULT_WORKDIR = "/testbed"
 MAX_TESTS = 100_000
@@ -46,6 +47,8 @@ class SweInstance:
     repo_files: dict[str, str] = field(default_factory=dict)
     """Orchard extension for images that lack the repository: files (relative to
     ``workdir``) written and committed as the base before the patch is applied."""
+    reward_policy: RewardPolicy = field(default_factory=RewardPolicy)
+    """Which integrity findings take the reward away (the dataset's ``reward_policy``)."""
 
 
 def swebench_image(instance_id: str) -> str:
@@ -152,7 +155,15 @@ def parse_instance(raw: Mapping[str, Any] | str) -> SweInstance:
         gold_patch=_text(row, "patch"),
         problem_statement=_text(row, "problem_statement"),
         repo_files=_repo_files(row.get("repo_files")),
+        reward_policy=_policy(row.get("reward_policy")),
     )
+
+
+def _policy(value: Any) -> RewardPolicy:
+    try:
+        return parse_policy(_json_or_value(value, "reward_policy"))
+    except PolicyError as exc:
+        raise InstanceError(str(exc)) from None
 
 
 def _repo_files(value: Any) -> dict[str, str]:

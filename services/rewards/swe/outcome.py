@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .diff_gate import Finding
 from .grading import Outcomes, Resolution
 from .status import StatusMap
 
@@ -23,7 +24,8 @@ class GradeKind(StrEnum):
     """The test run hit its time limit."""
     INVALID_LOG = "invalid_log"
     """The log cannot be graded (no markers, no evidence the tests ran, exit code
-    contradicts the log): counted as not resolved, as swebench does."""
+    contradicts the log, and, on a witnessed run, ``forged_log`` or
+    ``runner_incomplete`` in ``integrity``): counted as not resolved."""
     INFRASTRUCTURE = "infrastructure"
     """The platform or the instance failed (sandbox, image, test patch): drop the sample."""
 
@@ -43,10 +45,22 @@ class GradeResult:
     reason: str = ""
     log: str = ""
     duration_seconds: float = 0.0
+    integrity: list[str] = field(default_factory=list)
+    """Why the run earned no reward on its evidence: ``forged_log``, ``runner_incomplete``,
+    ``test_infrastructure_modified``, ``gated`` (a finding the policy zeroes)."""
+    findings: list[Finding] = field(default_factory=list)
+    """The static gate's findings and the restored test files, each with a severity."""
+    restored_files: list[str] = field(default_factory=list)
+    """Test infrastructure the candidate touched, put back to the instance's before the run."""
 
     @property
     def is_infrastructure(self) -> bool:
         return self.kind is GradeKind.INFRASTRUCTURE
+
+    @property
+    def fault(self) -> str:
+        """``infrastructure`` (drop the sample) only for platform failures; every hack is ``task``."""
+        return "infrastructure" if self.is_infrastructure else "task"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,5 +81,9 @@ class GradeResult:
             "p2p_rate": self.pass_to_pass.rate,
             "apply_method": self.apply_method,
             "reason": self.reason,
+            "fault": self.fault,
+            "integrity": self.integrity,
+            "findings": [f.to_dict() for f in self.findings],
+            "restored_files": self.restored_files,
             "duration_seconds": round(self.duration_seconds, 3),
         }

@@ -84,6 +84,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
         "fail_to_pass": {"success": report.fail_to_pass[0], "failure": report.fail_to_pass[1]},
         "pass_to_pass": {"success": report.pass_to_pass[0], "failure": report.pass_to_pass[1]},
         "reason": report.reason[-2000:], "duration_seconds": round(report.duration_seconds, 3),
+        "fault": report.fault, "integrity": report.integrity, "findings": report.findings,
+        "restored_files": report.restored_files,
     }  # fmt: skip
     print(json.dumps(out, indent=1))
     if args.log:

@@ -41,6 +41,14 @@ class GradeReport:
     log_tail: str
     duration_seconds: float
     test_statuses: dict[str, str] = field(default_factory=dict)
+    integrity: list[str] = field(default_factory=list)
+    """Why no reward was earned on the evidence: forged_log, runner_incomplete,
+    test_infrastructure_modified, gated (a finding the dataset's reward_policy zeroes)."""
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """The anti-hacking findings: rule, severity, path, line, reason, zeroes_reward."""
+    restored_files: list[str] = field(default_factory=list)
+    fault: str = "task"
+    """"task" for every candidate failure (hacks included); "infrastructure" only when the platform failed."""
 
     @property
     def is_infrastructure(self) -> bool:
@@ -90,7 +98,16 @@ def grade_report(r: rewards_pb2.GradeResponse) -> GradeReport:
         pass_to_pass=(list(r.pass_to_pass.success), list(r.pass_to_pass.failure)),
         apply_method=r.apply_method, reason=r.reason, log_tail=r.log_tail,
         duration_seconds=r.duration_seconds, test_statuses=dict(r.test_statuses),
+        integrity=list(r.integrity), findings=[_finding(f) for f in r.findings],
+        restored_files=list(r.restored_files), fault=r.fault or "task",
     )  # fmt: skip
+
+
+def _finding(f: rewards_pb2.GateFinding) -> dict[str, Any]:
+    return {
+        "rule": f.rule, "severity": f.severity, "path": f.path, "line": f.line,
+        "reason": f.reason, "zeroes_reward": f.zeroes_reward,
+    }  # fmt: skip
 
 
 def judge_request(template: str, inputs: Mapping[str, str]) -> rewards_pb2.JudgeRequest:

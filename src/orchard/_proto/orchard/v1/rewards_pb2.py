@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18orchard/v1/rewards.proto\x12\norchard.v1\"w\n\x0cGradeRequest\x12\x15\n\rinstance_json\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\t\x12\x0e\n\x06scheme\x18\x03 \x01(\t\x12\x12\n\nf2p_weight\x18\x04 \x01(\x01\x12\x1c\n\x14test_timeout_seconds\x18\x05 \x01(\x01\"0\n\x0cTestOutcomes\x12\x0f\n\x07success\x18\x01 \x03(\t\x12\x0f\n\x07\x66\x61ilure\x18\x02 \x03(\t\"\xa7\x03\n\rGradeResponse\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x10\n\x08resolved\x18\x03 \x01(\x08\x12\x12\n\nresolution\x18\x04 \x01(\t\x12\x12\n\nhas_reward\x18\x05 \x01(\x08\x12\x0e\n\x06reward\x18\x06 \x01(\x01\x12.\n\x0c\x66\x61il_to_pass\x18\x07 \x01(\x0b\x32\x18.orchard.v1.TestOutcomes\x12.\n\x0cpass_to_pass\x18\x08 \x01(\x0b\x32\x18.orchard.v1.TestOutcomes\x12\x14\n\x0c\x61pply_method\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x10\n\x08log_tail\x18\x0b \x01(\t\x12\x18\n\x10\x64uration_seconds\x18\x0c \x01(\x01\x12\x42\n\rtest_statuses\x18\r \x03(\x0b\x32+.orchard.v1.GradeResponse.TestStatusesEntry\x1a\x33\n\x11TestStatusesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x85\x01\n\x0cJudgeRequest\x12\x10\n\x08template\x18\x01 \x01(\t\x12\x34\n\x06inputs\x18\x02 \x03(\x0b\x32$.orchard.v1.JudgeRequest.InputsEntry\x1a-\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"|\n\rJudgeResponse\x12\x13\n\x0bhas_verdict\x18\x01 \x01(\x08\x12\x14\n\x0cverdict_json\x18\x02 \x01(\t\x12\x0f\n\x07\x66\x61ilure\x18\x03 \x01(\t\x12\x0e\n\x06\x63\x61\x63hed\x18\x04 \x01(\x08\x12\x10\n\x08template\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\"\x95\x01\n\x13ScoreProcessRequest\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x17\n\x0ftrajectory_json\x18\x02 \x01(\t\x12\r\n\x05patch\x18\x03 \x01(\t\x12\x0f\n\x07outcome\x18\x04 \x01(\x01\x12\r\n\x05\x61lpha\x18\x05 \x01(\x01\x12\x12\n\ngold_patch\x18\x06 \x01(\t\x12\x14\n\x0c\x66\x61il_to_pass\x18\x07 \x03(\t\"\xf7\x01\n\x14ScoreProcessResponse\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12\x0e\n\x06judged\x18\x02 \x01(\x08\x12\t\n\x01j\x18\x03 \x01(\x01\x12<\n\x06scores\x18\x04 \x03(\x0b\x32,.orchard.v1.ScoreProcessResponse.ScoresEntry\x12\r\n\x05gated\x18\x05 \x01(\x08\x12\x14\n\x0cgate_reasons\x18\x06 \x03(\t\x12\x11\n\treasoning\x18\x07 \x01(\t\x12\x0f\n\x07\x66\x61ilure\x18\x08 \x01(\t\x1a-\n\x0bScoresEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"C\n\rRankCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\x17\n\x0ftrajectory_json\x18\x02 \x01(\t\x12\r\n\x05patch\x18\x03 \x01(\t\"J\n\x0bRankRequest\x12\x0c\n\x04task\x18\x01 \x01(\t\x12-\n\ncandidates\x18\x02 \x03(\x0b\x32\x19.orchard.v1.RankCandidate\",\n\x0fRankedCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\"L\n\x0cRankResponse\x12+\n\x06ranked\x18\x01 \x03(\x0b\x32\x1b.orchard.v1.RankedCandidate\x12\x0f\n\x07\x62\x65st_id\x18\x02 \x01(\t2\x99\x02\n\rRewardService\x12<\n\x05Grade\x12\x18.orchard.v1.GradeRequest\x1a\x19.orchard.v1.GradeResponse\x12<\n\x05Judge\x12\x18.orchard.v1.JudgeRequest\x1a\x19.orchard.v1.JudgeResponse\x12Q\n\x0cScoreProcess\x12\x1f.orchard.v1.ScoreProcessRequest\x1a .orchard.v1.ScoreProcessResponse\x12\x39\n\x04Rank\x12\x17.orchard.v1.RankRequest\x1a\x18.orchard.v1.RankResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18orchard/v1/rewards.proto\x12\norchard.v1\"w\n\x0cGradeRequest\x12\x15\n\rinstance_json\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\t\x12\x0e\n\x06scheme\x18\x03 \x01(\t\x12\x12\n\nf2p_weight\x18\x04 \x01(\x01\x12\x1c\n\x14test_timeout_seconds\x18\x05 \x01(\x01\"0\n\x0cTestOutcomes\x12\x0f\n\x07success\x18\x01 \x03(\t\x12\x0f\n\x07\x66\x61ilure\x18\x02 \x03(\t\"\x8c\x04\n\rGradeResponse\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x10\n\x08resolved\x18\x03 \x01(\x08\x12\x12\n\nresolution\x18\x04 \x01(\t\x12\x12\n\nhas_reward\x18\x05 \x01(\x08\x12\x0e\n\x06reward\x18\x06 \x01(\x01\x12.\n\x0c\x66\x61il_to_pass\x18\x07 \x01(\x0b\x32\x18.orchard.v1.TestOutcomes\x12.\n\x0cpass_to_pass\x18\x08 \x01(\x0b\x32\x18.orchard.v1.TestOutcomes\x12\x14\n\x0c\x61pply_method\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x10\n\x08log_tail\x18\x0b \x01(\t\x12\x18\n\x10\x64uration_seconds\x18\x0c \x01(\x01\x12\x42\n\rtest_statuses\x18\r \x03(\x0b\x32+.orchard.v1.GradeResponse.TestStatusesEntry\x12\x11\n\tintegrity\x18\x0e \x03(\t\x12)\n\x08\x66indings\x18\x0f \x03(\x0b\x32\x17.orchard.v1.GateFinding\x12\x16\n\x0erestored_files\x18\x10 \x03(\t\x12\r\n\x05\x66\x61ult\x18\x11 \x01(\t\x1a\x33\n\x11TestStatusesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"p\n\x0bGateFinding\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x10\n\x08severity\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0c\n\x04line\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x15\n\rzeroes_reward\x18\x06 \x01(\x08\"\x85\x01\n\x0cJudgeRequest\x12\x10\n\x08template\x18\x01 \x01(\t\x12\x34\n\x06inputs\x18\x02 \x03(\x0b\x32$.orchard.v1.JudgeRequest.InputsEntry\x1a-\n\x0bInputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"|\n\rJudgeResponse\x12\x13\n\x0bhas_verdict\x18\x01 \x01(\x08\x12\x14\n\x0cverdict_json\x18\x02 \x01(\t\x12\x0f\n\x07\x66\x61ilure\x18\x03 \x01(\t\x12\x0e\n\x06\x63\x61\x63hed\x18\x04 \x01(\x08\x12\x10\n\x08template\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\"\x95\x01\n\x13ScoreProcessRequest\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x17\n\x0ftrajectory_json\x18\x02 \x01(\t\x12\r\n\x05patch\x18\x03 \x01(\t\x12\x0f\n\x07outcome\x18\x04 \x01(\x01\x12\r\n\x05\x61lpha\x18\x05 \x01(\x01\x12\x12\n\ngold_patch\x18\x06 \x01(\t\x12\x14\n\x0c\x66\x61il_to_pass\x18\x07 \x03(\t\"\xa2\x02\n\x14ScoreProcessResponse\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12\x0e\n\x06judged\x18\x02 \x01(\x08\x12\t\n\x01j\x18\x03 \x01(\x01\x12<\n\x06scores\x18\x04 \x03(\x0b\x32,.orchard.v1.ScoreProcessResponse.ScoresEntry\x12\r\n\x05gated\x18\x05 \x01(\x08\x12\x14\n\x0cgate_reasons\x18\x06 \x03(\t\x12\x11\n\treasoning\x18\x07 \x01(\t\x12\x0f\n\x07\x66\x61ilure\x18\x08 \x01(\t\x12)\n\x08\x66indings\x18\t \x03(\x0b\x32\x17.orchard.v1.GateFinding\x1a-\n\x0bScoresEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"C\n\rRankCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\x17\n\x0ftrajectory_json\x18\x02 \x01(\t\x12\r\n\x05patch\x18\x03 \x01(\t\"J\n\x0bRankRequest\x12\x0c\n\x04task\x18\x01 \x01(\t\x12-\n\ncandidates\x18\x02 \x03(\x0b\x32\x19.orchard.v1.RankCandidate\",\n\x0fRankedCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\"L\n\x0cRankResponse\x12+\n\x06ranked\x18\x01 \x03(\x0b\x32\x1b.orchard.v1.RankedCandidate\x12\x0f\n\x07\x62\x65st_id\x18\x02 \x01(\t2\x99\x02\n\rRewardService\x12<\n\x05Grade\x12\x18.orchard.v1.GradeRequest\x1a\x19.orchard.v1.GradeResponse\x12<\n\x05Judge\x12\x18.orchard.v1.JudgeRequest\x1a\x19.orchard.v1.JudgeResponse\x12Q\n\x0cScoreProcess\x12\x1f.orchard.v1.ScoreProcessRequest\x1a .orchard.v1.ScoreProcessResponse\x12\x39\n\x04Rank\x12\x17.orchard.v1.RankRequest\x1a\x18.orchard.v1.RankResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,29 +43,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TESTOUTCOMES']._serialized_start=161
   _globals['_TESTOUTCOMES']._serialized_end=209
   _globals['_GRADERESPONSE']._serialized_start=212
-  _globals['_GRADERESPONSE']._serialized_end=635
-  _globals['_GRADERESPONSE_TESTSTATUSESENTRY']._serialized_start=584
-  _globals['_GRADERESPONSE_TESTSTATUSESENTRY']._serialized_end=635
-  _globals['_JUDGEREQUEST']._serialized_start=638
-  _globals['_JUDGEREQUEST']._serialized_end=771
-  _globals['_JUDGEREQUEST_INPUTSENTRY']._serialized_start=726
-  _globals['_JUDGEREQUEST_INPUTSENTRY']._serialized_end=771
-  _globals['_JUDGERESPONSE']._serialized_start=773
-  _globals['_JUDGERESPONSE']._serialized_end=897
-  _globals['_SCOREPROCESSREQUEST']._serialized_start=900
-  _globals['_SCOREPROCESSREQUEST']._serialized_end=1049
-  _globals['_SCOREPROCESSRESPONSE']._serialized_start=1052
-  _globals['_SCOREPROCESSRESPONSE']._serialized_end=1299
-  _globals['_SCOREPROCESSRESPONSE_SCORESENTRY']._serialized_start=1254
-  _globals['_SCOREPROCESSRESPONSE_SCORESENTRY']._serialized_end=1299
-  _globals['_RANKCANDIDATE']._serialized_start=1301
-  _globals['_RANKCANDIDATE']._serialized_end=1368
-  _globals['_RANKREQUEST']._serialized_start=1370
-  _globals['_RANKREQUEST']._serialized_end=1444
-  _globals['_RANKEDCANDIDATE']._serialized_start=1446
-  _globals['_RANKEDCANDIDATE']._serialized_end=1490
-  _globals['_RANKRESPONSE']._serialized_start=1492
-  _globals['_RANKRESPONSE']._serialized_end=1568
-  _globals['_REWARDSERVICE']._serialized_start=1571
-  _globals['_REWARDSERVICE']._serialized_end=1852
+  _globals['_GRADERESPONSE']._serialized_end=736
+  _globals['_GRADERESPONSE_TESTSTATUSESENTRY']._serialized_start=685
+  _globals['_GRADERESPONSE_TESTSTATUSESENTRY']._serialized_end=736
+  _globals['_GATEFINDING']._serialized_start=738
+  _globals['_GATEFINDING']._serialized_end=850
+  _globals['_JUDGEREQUEST']._serialized_start=853
+  _globals['_JUDGEREQUEST']._serialized_end=986
+  _globals['_JUDGEREQUEST_INPUTSENTRY']._serialized_start=941
+  _globals['_JUDGEREQUEST_INPUTSENTRY']._serialized_end=986
+  _globals['_JUDGERESPONSE']._serialized_start=988
+  _globals['_JUDGERESPONSE']._serialized_end=1112
+  _globals['_SCOREPROCESSREQUEST']._serialized_start=1115
+  _globals['_SCOREPROCESSREQUEST']._serialized_end=1264
+  _globals['_SCOREPROCESSRESPONSE']._serialized_start=1267
+  _globals['_SCOREPROCESSRESPONSE']._serialized_end=1557
+  _globals['_SCOREPROCESSRESPONSE_SCORESENTRY']._serialized_start=1512
+  _globals['_SCOREPROCESSRESPONSE_SCORESENTRY']._serialized_end=1557
+  _globals['_RANKCANDIDATE']._serialized_start=1559
+  _globals['_RANKCANDIDATE']._serialized_end=1626
+  _globals['_RANKREQUEST']._serialized_start=1628
+  _globals['_RANKREQUEST']._serialized_end=1702
+  _globals['_RANKEDCANDIDATE']._serialized_start=1704
+  _globals['_RANKEDCANDIDATE']._serialized_end=1748
+  _globals['_RANKRESPONSE']._serialized_start=1750
+  _globals['_RANKRESPONSE']._serialized_end=1826
+  _globals['_REWARDSERVICE']._serialized_start=1829
+  _globals['_REWARDSERVICE']._serialized_end=2110
 # @@protoc_insertion_point(module_scope)

@@ -116,6 +116,10 @@ class GradeResponse(_message.Message):
     LOG_TAIL_FIELD_NUMBER: _builtins.int
     DURATION_SECONDS_FIELD_NUMBER: _builtins.int
     TEST_STATUSES_FIELD_NUMBER: _builtins.int
+    INTEGRITY_FIELD_NUMBER: _builtins.int
+    FINDINGS_FIELD_NUMBER: _builtins.int
+    RESTORED_FILES_FIELD_NUMBER: _builtins.int
+    FAULT_FIELD_NUMBER: _builtins.int
     instance_id: _builtins.str
     kind: _builtins.str
     """graded | no_patch | patch_does_not_apply | timeout | invalid_log | infrastructure"""
@@ -131,12 +135,28 @@ class GradeResponse(_message.Message):
     log_tail: _builtins.str
     """the last 64 KiB of the eval log"""
     duration_seconds: _builtins.float
+    fault: _builtins.str
+    """"task", or "infrastructure" (only kind == infrastructure)"""
     @_builtins.property
     def fail_to_pass(self) -> Global___TestOutcomes: ...
     @_builtins.property
     def pass_to_pass(self) -> Global___TestOutcomes: ...
     @_builtins.property
     def test_statuses(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def integrity(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Why the run earned no reward on its evidence: forged_log, runner_incomplete,
+        test_infrastructure_modified, gated (a finding the dataset's reward_policy zeroes).
+        """
+
+    @_builtins.property
+    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___GateFinding]:
+        """the static gate's findings and the restored test files"""
+
+    @_builtins.property
+    def restored_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """test infrastructure put back to the instance's before the run"""
+
     def __init__(
         self,
         *,
@@ -153,14 +173,58 @@ class GradeResponse(_message.Message):
         log_tail: _builtins.str = ...,
         duration_seconds: _builtins.float = ...,
         test_statuses: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        integrity: _abc.Iterable[_builtins.str] | None = ...,
+        findings: _abc.Iterable[Global___GateFinding] | None = ...,
+        restored_files: _abc.Iterable[_builtins.str] | None = ...,
+        fault: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fail_to_pass", b"fail_to_pass", "pass_to_pass", b"pass_to_pass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply_method", b"apply_method", "duration_seconds", b"duration_seconds", "fail_to_pass", b"fail_to_pass", "has_reward", b"has_reward", "instance_id", b"instance_id", "kind", b"kind", "log_tail", b"log_tail", "pass_to_pass", b"pass_to_pass", "reason", b"reason", "resolution", b"resolution", "resolved", b"resolved", "reward", b"reward", "test_statuses", b"test_statuses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply_method", b"apply_method", "duration_seconds", b"duration_seconds", "fail_to_pass", b"fail_to_pass", "fault", b"fault", "findings", b"findings", "has_reward", b"has_reward", "instance_id", b"instance_id", "integrity", b"integrity", "kind", b"kind", "log_tail", b"log_tail", "pass_to_pass", b"pass_to_pass", "reason", b"reason", "resolution", b"resolution", "resolved", b"resolved", "restored_files", b"restored_files", "reward", b"reward", "test_statuses", b"test_statuses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GradeResponse: _TypeAlias = GradeResponse  # noqa: Y015
+
+@_typing.final
+class GateFinding(_message.Message):
+    """One finding of the anti-reward-hacking checks on a candidate diff."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RULE_FIELD_NUMBER: _builtins.int
+    SEVERITY_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    LINE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ZEROES_REWARD_FIELD_NUMBER: _builtins.int
+    rule: _builtins.str
+    """process_exit, prints_test_status, framework_patching, ..."""
+    severity: _builtins.str
+    """high | medium | low"""
+    path: _builtins.str
+    line: _builtins.int
+    """1-based line in the patched file; 0 = the whole file"""
+    reason: _builtins.str
+    zeroes_reward: _builtins.bool
+    """under the instance's reward_policy"""
+    def __init__(
+        self,
+        *,
+        rule: _builtins.str = ...,
+        severity: _builtins.str = ...,
+        path: _builtins.str = ...,
+        line: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        zeroes_reward: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["line", b"line", "path", b"path", "reason", b"reason", "rule", b"rule", "severity", b"severity", "zeroes_reward", b"zeroes_reward"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GateFinding: _TypeAlias = GateFinding  # noqa: Y015
 
 @_typing.final
 class JudgeRequest(_message.Message):
@@ -318,6 +382,7 @@ class ScoreProcessResponse(_message.Message):
     GATE_REASONS_FIELD_NUMBER: _builtins.int
     REASONING_FIELD_NUMBER: _builtins.int
     FAILURE_FIELD_NUMBER: _builtins.int
+    FINDINGS_FIELD_NUMBER: _builtins.int
     reward: _builtins.float
     judged: _builtins.bool
     j: _builtins.float
@@ -328,6 +393,10 @@ class ScoreProcessResponse(_message.Message):
     def scores(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
     @_builtins.property
     def gate_reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___GateFinding]:
+        """the static gate's findings (shown to the judge when not gated)"""
+
     def __init__(
         self,
         *,
@@ -339,10 +408,11 @@ class ScoreProcessResponse(_message.Message):
         gate_reasons: _abc.Iterable[_builtins.str] | None = ...,
         reasoning: _builtins.str = ...,
         failure: _builtins.str = ...,
+        findings: _abc.Iterable[Global___GateFinding] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "gate_reasons", b"gate_reasons", "gated", b"gated", "j", b"j", "judged", b"judged", "reasoning", b"reasoning", "reward", b"reward", "scores", b"scores"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "findings", b"findings", "gate_reasons", b"gate_reasons", "gated", b"gated", "j", b"j", "judged", b"judged", "reasoning", b"reasoning", "reward", b"reward", "scores", b"scores"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
