@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchard.client import AsyncSandbox, ExecResult, OrchardError
+from orchard.client import AsyncOrchard, AsyncSandbox, ExecResult, OrchardError
 
 from .completion import RunEvidence, check_completion, runner_family
 from .diff_gate import HIGH, LOW, Finding, scan_patch, touched_paths
@@ -338,6 +338,23 @@ async def _run_witnessed(
     return result
 
 
+async def _grade_in_new_sandbox(
+    client: AsyncOrchard, instance: SweInstance, patch: str, settings: RunnerSettings
+) -> GradeResult:
+    sandbox = await client.sandboxes.create(
+        image=instance.image,
+        cpu=settings.cpu,
+        memory=settings.memory,
+        ttl=settings.sandbox_ttl_seconds,
+        labels={"orchard.rewards": "swe", "instance": instance.instance_id[:63]},
+    )
+    try:
+        return await _run_in_sandbox(sandbox, instance, patch, settings)
+    finally:
+        with contextlib.suppress(OrchardError):  # the TTL reaps it; grading has its answer
+            await sandbox.delete()
+
+
 async def _has_python(sandbox: AsyncSandbox) -> bool:
     check = await sandbox.exec(["python3", "-I", "-S", "-c", "import ctypes, hashlib"], timeout=60)
     return check.exit_code == 0
@@ -403,28 +420,16 @@ async def grade_patch_async(
             started,
         )
     findings = scan_patch(patch)
-    sandbox: AsyncSandbox | None = None
     try:
-        sandbox = await AsyncSandbox.create(
-            image=instance.image,
-            cpu=settings.cpu,
-            memory=settings.memory,
-            ttl=settings.sandbox_ttl_seconds,
-            labels={"orchard.rewards": "swe", "instance": instance.instance_id[:63]},
-            endpoint=settings.endpoint,
-            api_key=settings.api_key,
-        )
-        result = await _run_in_sandbox(sandbox, instance, patch, settings)
+        # One client per grade, under the caller's key (its quotas, its sandboxes).
+        async with AsyncOrchard(settings.endpoint, settings.api_key) as client:
+            result = await _grade_in_new_sandbox(client, instance, patch, settings)
     except OrchardError as exc:
         result = GradeResult(
             instance.instance_id,
             GradeKind.INFRASTRUCTURE,
             reason=f"{type(exc).__name__}: {exc.message}",
         )
-    finally:
-        if sandbox is not None:
-            with contextlib.suppress(OrchardError):  # the TTL reaps it; grading has its answer
-                await sandbox.delete()
     result.findings = result.findings + findings
     _apply_policy(result, instance)
     return _finish(result, settings, started)
