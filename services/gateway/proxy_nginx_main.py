@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from orchard.common.address_file import remove_address_file, write_address_file
 from orchard.common.layout import NodeLayout
 
 from .proxy_nginx import NginxMissingError, NginxPaths, nginx_binary, write_conf
@@ -110,16 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, forward)
     _wait_listening(process, address, paths)
     addr_file = layout.run / DATA_PLANE_ADDR_FILE
-    staged = addr_file.with_name(addr_file.name + ".tmp")
-    staged.write_text(address + "\n")
-    staged.replace(addr_file)  # readers never see it half-written
+    write_address_file(addr_file, address)
     print(address, flush=True)
     code = process.wait()
     # Only an orderly stop takes the address away: when nginx dies, orchard up
     # restarts us on the same address, and clients reading the file meanwhile
     # must keep finding it (they see UNAVAILABLE for a moment, not the gateway).
     if stopping:
-        addr_file.unlink(missing_ok=True)
+        remove_address_file(addr_file, address)
     return code
 
 

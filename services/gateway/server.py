@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +10,12 @@ import grpc
 import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2
+from orchard.common.address_file import remove_address_file, write_address_file
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
 from orchard.common.quotas import QUOTA_FILE, QuotaFile
+from orchard.common.service_runner import ServiceRunner, wait_for_stop_signal
 from orchard.common.tokens import TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
@@ -46,38 +44,28 @@ SERVER_OPTIONS = [
 ]
 
 
-def public_address(listen: str, port: int) -> str:
-    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
-    if host in ("", "0.0.0.0", "[::]", "::"):
-        host = "127.0.0.1"
-    return f"{host}:{port}"
-
-
-def _write_address(path: Path, address: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(address + "\n")
-    os.replace(tmp, path)
-
-
 @dataclass
 class RunningGateway:
     address: str
-    server: grpc.aio.Server
+    runner: ServiceRunner
     channel: grpc.aio.Channel
     service: GatewayService
     rest: RunningRest | None = None
     metrics_address: str | None = None
     proxy: DataPlaneProxy | None = None
+    http_address_file: Path | None = None
 
     @property
     def http_address(self) -> str | None:
         return None if self.rest is None else self.rest.address
 
     async def stop(self, grace: float) -> None:
+        await self.runner.health.enter_graceful_shutdown()
         if self.rest is not None:
             await self.rest.stop()
-        await self.server.stop(grace)
+            if self.http_address_file is not None:
+                remove_address_file(self.http_address_file, self.rest.address)
+        await self.runner.stop(grace)
         if self.proxy is not None:
             await self.proxy.close()
         await self.channel.close(None)
@@ -104,9 +92,13 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         options=CHANNEL_OPTIONS,
         interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
     )
-    server = grpc.aio.server(
+    run = NodeLayout(settings.home).run
+    runner = ServiceRunner(
+        "gateway",
+        settings.listen,
         options=SERVER_OPTIONS,
         interceptors=[ControlPlaneOnly(UndecodableRequests(), ServerObservability("gateway"))],
+        address_file=run / "gateway.addr",
     )
     service = GatewayService(
         ApiKeyAuth(settings.home / KEY_FILE),
@@ -115,28 +107,22 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         create_slots=settings.create_slots,
     )
     pool_service = pools_pb2.DESCRIPTOR.services_by_name["PoolService"]
-    server.add_generic_rpc_handlers(
-        (forwarding_handler(service), forwarding_handler(service, pool_service))
-    )
+    runner.add_handlers(forwarding_handler(service), forwarding_handler(service, pool_service))
     proxy = None
     if settings.data_plane_proxy:
         proxy = DataPlaneProxy(channel, _node_signer(settings.home))
-        server.add_generic_rpc_handlers((proxy.handler(),))
-    port = server.add_insecure_port(settings.listen)
-    if port == 0:
-        raise RuntimeError(f"cannot listen on {settings.listen}")
-    await server.start()
-    address = public_address(settings.listen, port)
-    run = NodeLayout(settings.home).run
-    running = RunningGateway(address, server, channel, service, proxy=proxy)
+        runner.add_handlers(proxy.handler())
+    address = await runner.start()
+    running = RunningGateway(address, runner, channel, service, proxy=proxy)
     if settings.http_listen is not None:
         running.rest = await start_rest(settings.http_listen, address)
-        _write_address(run / "gateway-http.addr", running.rest.address)
+        running.http_address_file = run / "gateway-http.addr"
+        write_address_file(running.http_address_file, running.rest.address)
     if settings.metrics_listen is not None:
         running.metrics_address = serve_metrics(
             settings.metrics_listen, run / "gateway.metrics.addr"
         )
-    _write_address(run / "gateway.addr", address)
+    await runner.serving()
     log.info(
         "gateway serving",
         address=address,
@@ -150,10 +136,5 @@ async def start(settings: GatewaySettings) -> RunningGateway:
 async def serve(settings: GatewaySettings, on_ready: Callable[[str], None] = print) -> None:
     running = await start(settings)
     on_ready(running.address)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    with contextlib.suppress(asyncio.CancelledError):
-        await stop.wait()
+    await wait_for_stop_signal()
     await running.stop(settings.shutdown_grace_seconds)

@@ -8,25 +8,22 @@ sandbox, wait for backend work, close the store.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import ServerObservability
+from orchard.common.service_runner import ServiceRunner, wait_for_stop_signal
 from orchard.common.tokens import TokenSigner, load_or_create_key
 from orchard.common.undecodable import UndecodableRequests
 
 from .backends.base import Backend, load_backend
+from .disk_full import disk_full_status
 from .lifecycle import SandboxLifecycle
 from .pool_filler import PoolFiller
 from .pool_service import PoolServicer
@@ -48,25 +45,10 @@ SERVER_OPTIONS = [
 ]
 
 
-def public_address(listen: str, port: int) -> str:
-    """The address to give out for a server bound to ``listen`` (wildcards become loopback)."""
-    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
-    if host in ("", "0.0.0.0", "[::]", "::"):
-        host = "127.0.0.1"
-    return f"{host}:{port}"
-
-
-def write_address_file(path: os.PathLike[str] | str, address: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(address + "\n")
-    os.replace(tmp, path)
-
-
 @dataclass
 class RunningScheduler:
     address: str
-    server: grpc.aio.Server
+    runner: ServiceRunner
     lifecycle: SandboxLifecycle
     reaper: TtlReaper
     store: SandboxStore
@@ -77,7 +59,7 @@ class RunningScheduler:
     """The scheduler loaded the backend itself (not handed one), so it closes it on stop."""
 
     async def stop(self, settings: SchedulerSettings) -> None:
-        await self.server.stop(settings.shutdown_grace_seconds)
+        await self.runner.stop(settings.shutdown_grace_seconds)
         self.unregister_metrics()
         await self.pools.stop()
         await self.reaper.stop()
@@ -90,7 +72,6 @@ class RunningScheduler:
         if self.owns_backend and close is not None:
             await close()
         self.store.close()
-        (self.store_home / "run" / "scheduler.addr").unlink(missing_ok=True)
         log.info("scheduler stopped")
 
 
@@ -107,21 +88,26 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     signer = TokenSigner(load_or_create_key(layout.token_key))
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
-    server = grpc.aio.server(
+    runner = ServiceRunner(
+        "scheduler",
+        settings.listen,
         options=SERVER_OPTIONS,
         interceptors=[UndecodableRequests(), ServerObservability("scheduler")],
+        address_file=layout.run / "scheduler.addr",
+        translate=disk_full_status,
     )
     pools = PoolFiller(lifecycle, templates, settings.pools)
-    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(
-        SchedulerService(lifecycle, pools), server
+    runner.add_servicer(
+        sandbox_pb2_grpc.add_SandboxServiceServicer_to_server,  # type: ignore[arg-type]
+        SchedulerService(lifecycle, pools),
+        "orchard.v1.SandboxService",
     )
-    pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolServicer(pools), server)
-    port = server.add_insecure_port(settings.listen)
-    if port == 0:
-        raise RuntimeError(f"cannot listen on {settings.listen}")
-    await server.start()
-    address = public_address(settings.listen, port)
-    write_address_file(layout.run / "scheduler.addr", address)
+    runner.add_servicer(
+        pools_pb2_grpc.add_PoolServiceServicer_to_server,  # type: ignore[arg-type]
+        PoolServicer(pools),
+        "orchard.v1.PoolService",
+    )
+    address = await runner.start()
     reaper = TtlReaper(lifecycle, settings.reap_interval_seconds)
     reaper.start()
     pools.start()
@@ -136,8 +122,9 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     if settings.metrics_listen is not None:
         metrics = serve_metrics(settings.metrics_listen, layout.run / "scheduler.metrics.addr")
         log.info("scheduler metrics", address=metrics)
+    await runner.serving()
     return RunningScheduler(
-        address, server, lifecycle, reaper, store, settings.home, pools, unregister, owns_backend
+        address, runner, lifecycle, reaper, store, settings.home, pools, unregister, owns_backend
     )
 
 
@@ -145,11 +132,6 @@ async def serve(settings: SchedulerSettings, on_ready: Callable[[str], None] = p
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     running = await start(settings)
     on_ready(running.address)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    with contextlib.suppress(asyncio.CancelledError):
-        await stop.wait()
+    await wait_for_stop_signal()
     log.info("scheduler shutting down")
     await running.stop(settings)
