@@ -234,3 +234,24 @@ def test_the_chart_and_the_network_compiler_agree(
     assert env["ORCHARD_K8S_EGRESS_PROXY"] == service["metadata"]["name"]
     assert env["ORCHARD_K8S_EGRESS_PROXY_PORT"] == str(proxy_port)
     assert "ORCHARD_K8S_CLUSTER_CIDRS" in env
+
+
+def test_probes_ask_the_grpc_health_service(
+    rendered: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    """The gateway and scheduler are probed with Kubernetes' native gRPC probe on their gRPC
+    port (the grpc.health.v1 service every Orchard service serves), for readiness and
+    liveness; a sandbox pod's executor for readiness only (a liveness kill would end it)."""
+    values, docs = rendered
+    for name, component in (("orchard-gateway", "gateway"), ("orchard-scheduler", "scheduler")):
+        container = _deployment(docs, name)["spec"]["template"]["spec"]["containers"][0]
+        port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
+        assert port == values.get(component, {}).get("grpcPort", port)
+        assert container["readinessProbe"]["grpc"] == {"port": port}
+        assert container["livenessProbe"]["grpc"] == {"port": port}
+    settings = KubernetesSettings(executor_port=7171)
+    spec = SandboxSpec(sandbox_id="sb-probe1", tenant="dev")
+    pod = m.sandbox_pod(spec, settings, PodTemplate(), deadline_seconds=60)
+    task = pod["spec"]["containers"][0]
+    assert task["readinessProbe"]["grpc"] == {"port": 7171}
+    assert "livenessProbe" not in task
