@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import structlog
 
@@ -52,7 +51,6 @@ class RunningScheduler:
     lifecycle: SandboxLifecycle
     reaper: TtlReaper
     store: SandboxStore
-    store_home: Path
     pools: PoolFiller
     unregister_metrics: Callable[[], None] = lambda: None
     owns_backend: bool = False
@@ -124,7 +122,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
         log.info("scheduler metrics", address=metrics)
     await runner.serving()
     return RunningScheduler(
-        address, runner, lifecycle, reaper, store, settings.home, pools, unregister, owns_backend
+        address, runner, lifecycle, reaper, store, pools, unregister, owns_backend
     )
 
 
