@@ -15,7 +15,11 @@ from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
 from orchard.common.quotas import QUOTA_FILE, QuotaFile
-from orchard.common.service_runner import ServiceRunner, wait_for_stop_signal
+from orchard.common.service_runner import (
+    CONTROL_PLANE_SERVER_OPTIONS,
+    ServiceRunner,
+    wait_for_stop_signal,
+)
 from orchard.common.tokens import TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
@@ -35,12 +39,6 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),
-]
-SERVER_OPTIONS = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.max_concurrent_streams", 4096),
 ]
 
 
@@ -96,7 +94,7 @@ async def start(settings: GatewaySettings) -> RunningGateway:
     runner = ServiceRunner(
         "gateway",
         settings.listen,
-        options=SERVER_OPTIONS,
+        options=CONTROL_PLANE_SERVER_OPTIONS,
         interceptors=[ControlPlaneOnly(UndecodableRequests(), ServerObservability("gateway"))],
         address_file=run / "gateway.addr",
     )

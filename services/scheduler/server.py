@@ -17,7 +17,11 @@ from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import ServerObservability
-from orchard.common.service_runner import ServiceRunner, wait_for_stop_signal
+from orchard.common.service_runner import (
+    CONTROL_PLANE_SERVER_OPTIONS,
+    ServiceRunner,
+    wait_for_stop_signal,
+)
 from orchard.common.tokens import TokenSigner, load_or_create_key
 from orchard.common.undecodable import UndecodableRequests
 
@@ -35,13 +39,6 @@ from .telemetry import register_scheduler_metrics
 from .templates import check_runtime_classes, load_templates
 
 log = structlog.get_logger("orchard.scheduler")
-
-SERVER_OPTIONS = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.max_concurrent_streams", 4096),
-]
 
 
 @dataclass
@@ -89,7 +86,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     runner = ServiceRunner(
         "scheduler",
         settings.listen,
-        options=SERVER_OPTIONS,
+        options=CONTROL_PLANE_SERVER_OPTIONS,
         interceptors=[UndecodableRequests(), ServerObservability("scheduler")],
         address_file=layout.run / "scheduler.addr",
         translate=disk_full_status,

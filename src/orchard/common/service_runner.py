@@ -42,6 +42,16 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from .address_file import public_address, remove_address_file, write_address_file
 from .service_edge import ServiceErrors, Translate
 
+CONTROL_PLANE_SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.max_concurrent_streams", 4096),
+]
+"""The gateway's and the scheduler's server options: keepalive pings find dead
+clients of long-lived channels, and one connection may carry thousands of calls
+(a trainer's creates at once); the executor and rewards set their own."""
+
 OVERALL = ""
 """The health service name that stands for the whole process."""
 
