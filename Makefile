@@ -39,7 +39,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# Reinstalled when pyproject.toml changes or the venv was made anew.
+# Reinstalled when pyproject.toml changes or the venv was made anew. The dev extra
+# holds every other one ([server], [rewards], [kubernetes]), so run, test and check
+# have all they need; `pip install orchard-env` alone is the thin SDK.
 $(STAMP): pyproject.toml $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
@@ -66,6 +68,8 @@ format: venv
 typecheck: venv
 	MYPYPATH=$$(scripts/package_tree.sh) $(VENV)/bin/mypy -p orchard
 
+# The generator is grpcio-tools pinned to the grpcio/protobuf floor, in its own venv
+# under build/protoc (scripts/gen_protos.py makes it on first use).
 protos: venv
 	$(PY) scripts/gen_protos.py
 

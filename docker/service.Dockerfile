@@ -9,7 +9,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
 COPY services ./services
-RUN pip install ".[kubernetes]" && rm -rf /src
+RUN pip install ".[server,kubernetes]" && rm -rf /src
 
 # Runs as a fixed non-root uid (the chart sets runAsNonRoot and this uid).
 RUN useradd --uid 10001 --home-dir /var/lib/orchard --create-home orchard

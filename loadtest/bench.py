@@ -9,7 +9,7 @@ runc containers) in a temporary home, then measures, through the public SDK:
   one client process and (``throughput_2proc``) from 2 processes of 32 streams each, summed
   (so the bench client's own CPU is not the limit);
 - ``create``: cold create of a sandbox (create returns READY), p50/p90, one at a time;
-- ``warm_claim``: ``Sandbox.create(template=...)`` answered from a warm pool (as
+- ``warm_claim``: ``client.sandboxes.create(template=...)`` answered from a warm pool (as
   ``loadtest/bench_pool.py``), beside the cold creates of the same run;
 - ``proxy``: exec ``true`` direct vs through the gateway's data-plane proxy, alternating
   rounds (``loadtest/bench_proxy.py``); overhead = paired p50 difference; the stack runs
@@ -51,7 +51,7 @@ from loadtest.bench_pool import wait_ready
 from loadtest.bench_proxy import proxy_overhead
 from loadtest.peer_docker import measure_docker
 from loadtest.peer_swerex import measure_swerex, percentiles
-from orchard import AsyncSandbox, Sandbox
+from orchard import AsyncOrchard, Orchard
 from tests.stack import running_stack
 
 POOL_TEMPLATE = "bench"
@@ -84,7 +84,7 @@ def throughput(
     """Exec/s of ``concurrency`` streams for ``seconds`` (from wall time ``start_at`` if given)."""
 
     async def run() -> dict[str, Any]:
-        sb = await AsyncSandbox.connect(sandbox_id, endpoint=endpoint, api_key=key)
+        sb = await AsyncOrchard(endpoint, key).sandboxes.connect(sandbox_id)
         await sb.exec(["true"])  # connect and warm before the clock
         if start_at is not None:
             await asyncio.sleep(max(0.0, start_at - time.time()))
@@ -136,11 +136,11 @@ def throughput_processes(
 
 def warm_claims(endpoint: str, key: str, claims: int) -> dict[str, Any]:
     """``claims`` sequential claims from the ``bench`` template's warm pool (filled first)."""
-    auth = {"endpoint": endpoint, "api_key": key}
+    client = Orchard(endpoint, key)
     samples, claimed = [], []
     for i in range(claims):
         t0 = time.perf_counter()
-        claimed.append(Sandbox.create(template=POOL_TEMPLATE, env={"TASK": str(i)}, **auth))
+        claimed.append(client.sandboxes.create(template=POOL_TEMPLATE, env={"TASK": str(i)}))
         samples.append((time.perf_counter() - t0) * 1000)
     for sb in claimed:
         sb.delete()
@@ -152,17 +152,18 @@ def measure_orchard(endpoint: str, key: str, args: argparse.Namespace) -> dict[s
     if args.claims > 0:
         # The pool fills as the stack starts; wait, so its creates do not run beside
         # the figures below.
-        auth = {"endpoint": endpoint, "api_key": key}
-        out["pool_fill_seconds"] = round(wait_ready(auth, POOL_TEMPLATE, args.claims, 300), 3)
+        out["pool_fill_seconds"] = round(
+            wait_ready(Orchard(endpoint, key), POOL_TEMPLATE, args.claims, 300), 3
+        )
         time.sleep(1.0)
     create_ms = []
     for _ in range(args.creates):
         t0 = time.perf_counter()
-        sb = Sandbox.create(endpoint=endpoint, api_key=key)
+        sb = Orchard(endpoint, key).sandboxes.create()
         create_ms.append((time.perf_counter() - t0) * 1000)
         sb.delete()
     out["create"] = percentiles(create_ms)
-    with Sandbox.create(endpoint=endpoint, api_key=key) as sb:
+    with Orchard(endpoint, key).sandboxes.create() as sb:
         out["exec"] = timed(args.n, 100, lambda: sb.exec(["true"]))
         with sb.session() as sh:
             out["session"] = timed(args.n, 50, lambda: sh.run("true"))

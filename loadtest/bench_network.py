@@ -1,7 +1,7 @@
 """Network policy benchmark: what a policy costs at create and at change, through the SDK.
 
 Starts a real ``orchard up`` in a temporary home and measures, one call at a
-time, ``Sandbox.create`` with policy ``none`` (the fast path: no veth, no
+time, ``client.sandboxes.create`` with policy ``none`` (the fast path: no veth, no
 rules) against ``internet`` and ``allowlist`` (veth, nft transaction, proxy
 entry), then ``set_network`` on a running sandbox (none -> internet -> none).
 No packet leaves the machine: nothing is connected to.
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadtest.peer_swerex import percentiles
-from orchard import NetworkPolicy, Sandbox
+from orchard import NetworkPolicy, Orchard
 from tests.stack import running_stack
 
 
@@ -44,17 +44,17 @@ def main() -> None:
         running_stack(Path(home)) as stack,
     ):
         key = (stack.home / "dev-api-key").read_text().strip()
-        auth = {"endpoint": stack.endpoint, "api_key": key}
-        Sandbox.create(**auth).delete()  # warm up
+        client = Orchard(stack.endpoint, key)
+        client.sandboxes.create().delete()  # warm up
         create_ms: dict[str, list[float]] = {name: [] for name in policies}
         for _ in range(args.creates):
             for name, policy in policies.items():  # interleaved: same noise for each
                 started = time.perf_counter()
-                sb = Sandbox.create(network=policy, ttl=300, **auth)
+                sb = client.sandboxes.create(network=policy, ttl=300)
                 create_ms[name].append((time.perf_counter() - started) * 1000)
                 sb.delete()
         change_ms: list[float] = []
-        with Sandbox.create(ttl=300, **auth) as sb:
+        with client.sandboxes.create(ttl=300) as sb:
             for _ in range(args.changes):
                 for target in ("internet", "none"):
                     started = time.perf_counter()

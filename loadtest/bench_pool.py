@@ -4,10 +4,10 @@ Starts a real ``orchard up`` (gateway, scheduler, node executor; runc
 sandboxes) in a temporary home with one template whose pool holds ``--claims``
 ready sandboxes, then measures through the public SDK, one call at a time:
 
-- ``claim``: ``Sandbox.create(template=..., env=...)`` answered from the warm
+- ``claim``: ``client.sandboxes.create(template=..., env=...)`` answered from the warm
   pool (the pool refills in the background meanwhile, as it would in use);
-- ``cold_create``: ``Sandbox.create()`` with the same resources (the peer);
-- ``hinted_batch``: seconds from ``orchard.hint(T, N)`` to N ready members.
+- ``cold_create``: ``client.sandboxes.create()`` with the same resources (the peer);
+- ``hinted_batch``: seconds from ``client.pools.hint(T, N)`` to N ready members.
 
 Prints one JSON object (latencies in ms; the target is claim p50 <= 5 ms).
 
@@ -36,11 +36,11 @@ from tests.stack import running_stack
 MEMORY = 256 << 20
 
 
-def wait_ready(auth: dict[str, str], template: str, count: int, timeout: float) -> float:
+def wait_ready(client: orchard.Orchard, template: str, count: int, timeout: float) -> float:
     started = time.perf_counter()
     deadline = started + timeout
     while time.perf_counter() < deadline:
-        pool = next(p for p in orchard.list_pools(**auth) if p.template == template)
+        pool = next(p for p in client.pools.list() if p.template == template)
         if pool.ready >= count:
             return time.perf_counter() - started
         time.sleep(0.01)
@@ -63,34 +63,34 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
     with running_stack(home) as stack:
-        auth = {"endpoint": stack.endpoint, "api_key": (home / "dev-api-key").read_text().strip()}
-        result["pool_fill_seconds"] = round(wait_ready(auth, "bench", args.claims, 300), 3)
+        client = orchard.Orchard(stack.endpoint, (home / "dev-api-key").read_text().strip())
+        result["pool_fill_seconds"] = round(wait_ready(client, "bench", args.claims, 300), 3)
         time.sleep(1.0)  # let the fill's last deletes/creates settle
-        Sandbox.list(**auth)  # warm the channel
+        client.sandboxes.list()  # warm the channel
         claimed: list[Sandbox] = []
         samples = []
         for i in range(args.claims):
             t0 = time.perf_counter()
-            sb = Sandbox.create(template="bench", env={"TASK": str(i)}, **auth)
+            sb = client.sandboxes.create(template="bench", env={"TASK": str(i)})
             samples.append((time.perf_counter() - t0) * 1000)
             claimed.append(sb)
-        pool = next(p for p in orchard.list_pools(**auth) if p.template == "bench")
+        pool = next(p for p in client.pools.list() if p.template == "bench")
         result["claim"] = {**percentiles(samples), "hits": pool.hits, "misses": pool.misses}
         assert claimed[0].exec("echo $TASK").stdout_text == "0\n"
         for sb in claimed:
             sb.delete()
-        wait_ready(auth, "bench", args.claims, 300)
+        wait_ready(client, "bench", args.claims, 300)
         time.sleep(1.0)
         samples = []
         for _ in range(args.creates):
             t0 = time.perf_counter()
-            sb = Sandbox.create(memory=MEMORY, **auth)
+            sb = client.sandboxes.create(memory=MEMORY)
             samples.append((time.perf_counter() - t0) * 1000)
             sb.delete()
         result["cold_create"] = percentiles(samples)
         t0 = time.perf_counter()
-        orchard.hint("batch", args.batch, within=0, **auth)
-        wait_ready(auth, "batch", args.batch, 300)
+        client.pools.hint("batch", args.batch, within=0)
+        wait_ready(client, "batch", args.batch, 300)
         result["hinted_batch"] = {
             "sandboxes": args.batch,
             "seconds_to_warm": round(time.perf_counter() - t0, 3),

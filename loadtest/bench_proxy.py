@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadtest.peer_swerex import percentiles
-from orchard import Sandbox
+from orchard import Orchard, Sandbox
 
 
 def _round(sb: Sandbox, n: int) -> list[float]:
@@ -53,16 +53,14 @@ def proxy_overhead(
 ) -> dict[str, Any]:
     """Direct vs proxied (gateway, and nginx when given) exec p50 in rotating rounds,
     and the paired overheads."""
-    direct = Sandbox.connect(sandbox_id, endpoint=endpoint, api_key=key)
-    direct.config = replace(direct.config, data_plane="direct")
-    proxied = Sandbox.connect(sandbox_id, endpoint=endpoint, api_key=key)
-    proxied.config = replace(proxied.config, data_plane="proxy")
+    direct = Orchard(endpoint, key, data_plane="direct").sandboxes.connect(sandbox_id)
+    proxied = Orchard(endpoint, key, data_plane="proxy").sandboxes.connect(sandbox_id)
     handles = [("direct", direct), ("proxy", proxied)]
     if data_plane_endpoint:
-        via_nginx = Sandbox.connect(sandbox_id, endpoint=endpoint, api_key=key)
-        via_nginx.config = replace(
-            via_nginx.config, data_plane="proxy", data_plane_endpoint=data_plane_endpoint
+        nginx_config = replace(
+            proxied.config, data_plane="proxy", data_plane_endpoint=data_plane_endpoint
         )
+        via_nginx = Orchard.from_config(nginx_config).sandboxes.connect(sandbox_id)
         handles.append(("nginx", via_nginx))
     for _, sb in handles:
         _round(sb, 50)  # warm channels, routes, caches
@@ -106,7 +104,7 @@ def main() -> None:
     ):
         key = (stack.home / "dev-api-key").read_text().strip()
         nginx = None if args.no_nginx else (stack.home / "run" / "data-plane.addr").read_text()
-        with Sandbox.create(endpoint=stack.endpoint, api_key=key) as sb:
+        with Orchard(stack.endpoint, key).sandboxes.create() as sb:
             result = proxy_overhead(
                 stack.endpoint, key, sb.id, args.rounds, args.per_round, nginx and nginx.strip()
             )

@@ -3,8 +3,8 @@
 Locust's documented gRPC pattern: the interceptor times each call and fires
 ``environment.events.request`` with the call's name, response time (ms),
 response length (serialized bytes) and exception, so Locust's statistics, CSV
-and HTML report count it. The SDK hides its channels; the interceptor reaches
-them through ``orchard.client._channels.set_sync_interceptors``.
+and HTML report count it. It is given to the SDK's client as a public option:
+``Orchard(interceptors=[LocustInterceptor(environment)])``.
 
 The event's name is the *operation* the user is doing (``create``, ``exec
 python3``, ...), set around the SDK call with :func:`operation`; a call made

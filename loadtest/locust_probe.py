@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchard import OrchardError, Sandbox
+from orchard import Orchard, OrchardError
 
 TARGET_SECONDS = 1.0
 
@@ -37,9 +37,7 @@ class LivenessProbe:
 
     def _once(self) -> None:
         started = time.perf_counter()
-        sandbox = Sandbox.create(
-            network="none", endpoint=self.endpoint, api_key=self.api_key, timeout=60
-        )
+        sandbox = Orchard(self.endpoint, self.api_key).sandboxes.create(network="none", timeout=60)
         created = time.perf_counter()
         try:
             result = sandbox.exec("echo alive", timeout=30)

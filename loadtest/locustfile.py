@@ -45,14 +45,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadtest.locust_checks import COMMANDS, create_check  # noqa: E402
 from loadtest.locust_interceptor import LocustInterceptor, operation  # noqa: E402
-from orchard import OrchardError, Sandbox  # noqa: E402
-from orchard.client._channels import set_sync_interceptors  # noqa: E402
+from orchard import Orchard, OrchardError, Sandbox  # noqa: E402
 
 EXEC_TIMEOUT_SECONDS = 120.0
 CREATE_TIMEOUT_SECONDS = 300.0
 
 
 OPERATIONS = ("create", *(name for name, _, _ in COMMANDS), "delete")
+
+# The one client of this Locust process, made when Locust starts (its interceptor times
+# every call); users share it, as a trainer's workers share one client.
+_client: Orchard | None = None
 
 # When this process's users started and finished each phase (epoch seconds).
 _phases: list[dict[str, float | bool]] = []
@@ -70,12 +73,17 @@ class SandboxUser(User):
         mark: dict[str, float | bool] = {"start": time.time(), "ok": False}
         _phases.append(mark)
         sandbox: Sandbox | None = None
+        assert _client is not None, "the init listener makes the client"
         try:
             with operation("create", create_check):
                 if template:
-                    sandbox = Sandbox.create(template=template, timeout=CREATE_TIMEOUT_SECONDS)
+                    sandbox = _client.sandboxes.create(
+                        template=template, timeout=CREATE_TIMEOUT_SECONDS
+                    )
                 else:
-                    sandbox = Sandbox.create(network="none", timeout=CREATE_TIMEOUT_SECONDS)
+                    sandbox = _client.sandboxes.create(
+                        network="none", timeout=CREATE_TIMEOUT_SECONDS
+                    )
             mark["created"] = time.time()
             passed = True
             for name, argv, check in COMMANDS:
@@ -102,8 +110,9 @@ class SandboxUser(User):
 
 
 @events.init.add_listener
-def _install_interceptor(environment: Environment, **_: Any) -> None:
-    set_sync_interceptors(LocustInterceptor(environment))
+def _make_client(environment: Environment, **_: Any) -> None:
+    global _client
+    _client = Orchard(interceptors=[LocustInterceptor(environment)])
 
 
 @events.spawning_complete.add_listener

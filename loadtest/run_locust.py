@@ -45,7 +45,6 @@ from loadtest.locust_cpu import CpuSnapshot, cpu_breakdown  # noqa: E402
 from loadtest.locust_leaks import ids_in_state, leftovers, nothing_left  # noqa: E402
 from loadtest.locust_probe import LivenessProbe  # noqa: E402
 from loadtest.locust_summary import load_summary  # noqa: E402
-from orchard import Sandbox  # noqa: E402
 from tests.stack import running_stack  # noqa: E402
 
 TEMPLATE = "locust"
@@ -71,24 +70,24 @@ def write_config(home: Path, users: int, mode: str) -> None:
         )
 
 
-def wait_pool_ready(auth: dict[str, str], count: int, timeout: float) -> float:
+def wait_pool_ready(client: orchard.Orchard, count: int, timeout: float) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        pool = next(p for p in orchard.list_pools(**auth) if p.template == TEMPLATE)
+        pool = next(p for p in client.pools.list() if p.template == TEMPLATE)
         if pool.ready >= count:
             return time.monotonic() - started
         time.sleep(0.5)
     raise TimeoutError(f"pool {TEMPLATE} did not reach {count} ready in {timeout:.0f} s")
 
 
-def measure_idle(auth: dict[str, str], home: Path, count: int, settle: float) -> dict[str, Any]:
+def measure_idle(client: orchard.Orchard, home: Path, count: int, settle: float) -> dict[str, Any]:
     """Create ``count`` sandboxes (each runs one ``true``, so the executor holds its state for
     it), let them sit idle, measure what they cost against a snapshot taken just before,
     then delete them."""
     before = MemorySnapshot.take(home)
     started = time.monotonic()
     with ThreadPoolExecutor(IDLE_CREATE_THREADS) as pool:
-        sandboxes = list(pool.map(lambda _: Sandbox.create(network="none", **auth), range(count)))
+        sandboxes = list(pool.map(lambda _: client.sandboxes.create(network="none"), range(count)))
         created_s = time.monotonic() - started
         list(pool.map(lambda sb: sb.exec("true"), sandboxes))
         time.sleep(settle)
@@ -173,11 +172,12 @@ def run(
     before_stack = MemorySnapshot.take(home)
     with running_stack(home) as stack:
         auth = {"endpoint": stack.endpoint, "api_key": (home / "dev-api-key").read_text().strip()}
+        client = orchard.Orchard(**auth)
         # First create pays imports and the image cache: not part of the run.
-        with Sandbox.create(network="none", **auth) as sandbox:
+        with client.sandboxes.create(network="none") as sandbox:
             sandbox.exec("true")
         if mode == "warm":
-            result["pool_fill_s"] = round(wait_pool_ready(auth, users, 1800), 1)
+            result["pool_fill_s"] = round(wait_pool_ready(client, users, 1800), 1)
             time.sleep(3.0)  # let the filler's last creates settle
             result["idle_memory"] = idle_cost(before_stack, ids_in_state(home, "ready"), home)
             result["idle_memory"]["baseline"] = (
@@ -207,7 +207,7 @@ def run(
                 f"the pool refills to {users} after the claims: those ready members are expected"
             )
         elif idle:
-            result["idle_memory"] = measure_idle(auth, home, users, settle=3.0)
+            result["idle_memory"] = measure_idle(client, home, users, settle=3.0)
     result["left_after_stop"] = leftovers(home)
     result["nothing_left_after_stop"] = nothing_left(result["left_after_stop"])
     per = result.get("idle_memory", {}).get("per_sandbox", {})

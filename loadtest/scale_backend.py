@@ -10,6 +10,7 @@ and orchard-init).
 
     flock /tmp/orchard-heavy.lock .venv/bin/python loadtest/scale_backend.py --n 40 --alive 1000
     ORCHARD_SANDBOX_DISK_BYTES=0 ...   # upper/work on the home's filesystem (A/B)
+    ORCHARD_SCRATCH_MOUNT=mounted ...  # the pre-6.13 fallback: tmpfs mounted on the host
 """
 
 from __future__ import annotations
@@ -91,7 +92,11 @@ async def main_async(n: int, alive: int) -> dict[str, object]:
     home = Path(tempfile.mkdtemp(prefix="orch-sb-", dir="/tmp"))
     settings = LocalSettings(home=home, images_dir=IMAGES_DIR, init_binary=ensure_init_binary())
     backend = LocalBackend(settings)
-    result: dict[str, object] = {"n": n, "sandbox_disk_bytes": settings.sandbox_disk_bytes}
+    result: dict[str, object] = {
+        "n": n,
+        "sandbox_disk_bytes": settings.sandbox_disk_bytes,
+        "writable_layer": backend.writable_layer.kind,
+    }
     idle = [f"sb-idle{i:05d}" for i in range(alive)]
     try:
         await backend.create(spec("sb-warmup0"))

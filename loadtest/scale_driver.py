@@ -38,7 +38,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orchard
-from orchard import AsyncSandbox
 from tests.stack import running_stack
 
 COMMANDS = (
@@ -203,14 +202,16 @@ class PeakMemory:
         return self.baseline - self.lowest
 
 
-async def one_user(run: Run, auth: dict[str, str], template: str, gate: asyncio.Event) -> None:
+async def one_user(
+    run: Run, client: orchard.AsyncOrchard, template: str, gate: asyncio.Event
+) -> None:
     await gate.wait()
     try:
         t0 = time.perf_counter()
         if template:
-            sb = await AsyncSandbox.create(template=template, timeout=300, **auth)
+            sb = await client.sandboxes.create(template=template, timeout=300)
         else:
-            sb = await AsyncSandbox.create(network="none", timeout=300, **auth)
+            sb = await client.sandboxes.create(network="none", timeout=300)
         run.record("create", t0)
         try:
             for i, cmd in enumerate(COMMANDS):
@@ -229,10 +230,12 @@ async def one_user(run: Run, auth: dict[str, str], template: str, gate: asyncio.
         run.errors.append(f"{type(exc).__name__}: {exc}"[:300])
 
 
-async def wait_pool(auth: dict[str, str], template: str, count: int, limit_s: float) -> float:
+async def wait_pool(
+    client: orchard.AsyncOrchard, template: str, count: int, limit_s: float
+) -> float:
     started = time.perf_counter()
     while time.perf_counter() - started < limit_s:
-        pools = await asyncio.to_thread(orchard.list_pools, **auth)
+        pools = await client.pools.list()
         pool = next(p for p in pools if p.template == template)
         if pool.ready >= count:
             return time.perf_counter() - started
@@ -240,11 +243,13 @@ async def wait_pool(auth: dict[str, str], template: str, count: int, limit_s: fl
     raise TimeoutError(f"pool {template} not at {count} ready after {limit_s} s")
 
 
-async def run_load(n: int, auth: dict[str, str], template: str, home: Path) -> dict[str, Any]:
+async def run_load(
+    n: int, client: orchard.AsyncOrchard, template: str, home: Path
+) -> dict[str, Any]:
     gate = asyncio.Event()
     cpu = ServiceCpu(home)
     run = Run()
-    tasks = [asyncio.ensure_future(one_user(run, auth, template, gate)) for _ in range(n)]
+    tasks = [asyncio.ensure_future(one_user(run, client, template, gate)) for _ in range(n)]
     await asyncio.sleep(0)
     peak = PeakMemory()
     peak.start()
@@ -268,7 +273,9 @@ async def run_load(n: int, auth: dict[str, str], template: str, home: Path) -> d
     }
 
 
-async def run_idle(n: int, auth: dict[str, str], home: Path, settle: float) -> dict[str, Any]:
+async def run_idle(
+    n: int, client: orchard.AsyncOrchard, home: Path, settle: float
+) -> dict[str, Any]:
     executor = pid_of_service(home, "orchard.executor")
     scheduler = pid_of_service(home, "orchard.scheduler")
     before = mem_available()
@@ -277,7 +284,7 @@ async def run_idle(n: int, auth: dict[str, str], home: Path, settle: float) -> d
     sched_before = pss_of(scheduler)
     t0 = time.perf_counter()
     boxes = await asyncio.gather(
-        *(AsyncSandbox.create(network="none", timeout=300, **auth) for _ in range(n))
+        *(client.sandboxes.create(network="none", timeout=300) for _ in range(n))
     )
     created_s = time.perf_counter() - t0
     # One exec each, so the executor holds its per-sandbox state as in use.
@@ -348,15 +355,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"mode": args.mode, "cpus": os.cpu_count(), "home": str(home)}
     with stack_or_endpoint(args, home) as auth:
         # Warm the channels and the stack (first create pays imports and the image cache).
-        async with await AsyncSandbox.create(network="none", **auth) as sb:
+        client = orchard.AsyncOrchard(**auth)
+        async with await client.sandboxes.create(network="none") as sb:
             await sb.exec("true")
         if args.mode == "warm":
-            result["pool_fill_s"] = round(await wait_pool(auth, template, args.n, 900), 2)
+            result["pool_fill_s"] = round(await wait_pool(client, template, args.n, 900), 2)
             await asyncio.sleep(2.0)
         if args.mode == "idle":
-            result.update(await run_idle(args.n, auth, home, args.settle))
+            result.update(await run_idle(args.n, client, home, args.settle))
         else:
-            result.update(await run_load(args.n, auth, template, home))
+            result.update(await run_load(args.n, client, template, home))
         await asyncio.sleep(args.drain)
         result["left_before_stop"] = leftovers(home)
     result["left_after_stop"] = leftovers(home)

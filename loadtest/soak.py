@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchard import Sandbox
+from orchard import Orchard
 from tests.cgroup_paths import cgroup_names_a_sandbox, count_sandbox_cgroups
 
 BOUNDS: dict[str, float] = {
@@ -216,7 +216,7 @@ def slope_per_minute(samples: list[dict[str, float]], key: str) -> float:
 def _cycle(endpoint: str, key: str, stats: Stats, index: int) -> None:
     started = time.monotonic()
     try:
-        with Sandbox.create(endpoint=endpoint, api_key=key, timeout=60, ttl=600) as box:
+        with Orchard(endpoint, key).sandboxes.create(timeout=60, ttl=600) as box:
             for command in ("true", "echo soak", "ls /"):
                 result = box.exec(command, timeout=30)
                 if result.exit_code != 0:

@@ -40,6 +40,8 @@ class Stack:
     home: Path
     process: subprocess.Popen[bytes]
     endpoint: str
+    output: str = ""
+    """What ``orchard up`` printed up to (and with) its endpoint line."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -63,7 +65,7 @@ class Stack:
         return result
 
 
-def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> str:
+def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> tuple[str, str]:
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
     buffer = b""
@@ -76,20 +78,26 @@ def _read_until_ready(process: subprocess.Popen[bytes], timeout: float) -> str:
             buffer += data
             for line in buffer.decode().splitlines():
                 if line.startswith("Orchard is up. Endpoint: "):
-                    return line.rsplit(" ", 1)[1]
+                    return line.rsplit(" ", 1)[1], buffer.decode()
     raise AssertionError(f"orchard up did not come up: {buffer.decode()}")
 
 
 @contextmanager
-def running_stack(home: Path) -> Iterator[Stack]:
-    """``orchard up --port 0`` in ``home``; stopped (SIGTERM, by its pid) on exit."""
-    env = {**os.environ, "ORCHARD_HOME": str(home), "ORCHARD_IMAGES_DIR": str(IMAGES_DIR)}
+def running_stack(home: Path, extra_env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """``orchard up --port 0`` in ``home`` (``extra_env`` added to its environment);
+    stopped (SIGTERM, by its pid) on exit."""
+    env = {
+        **os.environ,
+        "ORCHARD_HOME": str(home),
+        "ORCHARD_IMAGES_DIR": str(IMAGES_DIR),
+        **(extra_env or {}),
+    }
     process = subprocess.Popen(
         [*ORCHARD, "up", "--port", "0"], env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
     try:
-        endpoint = _read_until_ready(process, 60)
-        yield Stack(home, process, endpoint)
+        endpoint, output = _read_until_ready(process, 60)
+        yield Stack(home, process, endpoint, output)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

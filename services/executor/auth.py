@@ -8,8 +8,8 @@ the tenant is bound to the call's log lines.
 
 A verified token is remembered (per token string and sandbox id, until it
 expires), so the HMAC is computed once per token rather than once per call;
-only tokens that passed verification are remembered, and the expiry is still
-checked on every call.
+only tokens that passed verification are remembered, and the expiry and the
+tenant's revocations are still checked on every call.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from orchard.common.errors import ServiceError, unauthenticated
 from orchard.common.logging import bind_call
-from orchard.common.tokens import TokenClaims, TokenError, TokenSigner
+from orchard.common.tokens import TokenClaims, TokenError, TokenVerifier
 
 from .exec_quota import CALL_CLAIMS
 from .sandboxes import check_sandbox_id
@@ -45,7 +45,7 @@ def bearer_token(metadata: Iterable[Any] | None) -> str | None:
 class CallAuthorizer:
     """Checks a call's sandbox id and token."""
 
-    def __init__(self, signer: TokenSigner, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, signer: TokenVerifier, clock: Callable[[], float] = time.time) -> None:
         self._signer = signer
         self._clock = clock
         self._verified: dict[tuple[str, str], TokenClaims] = {}
@@ -66,9 +66,15 @@ class CallAuthorizer:
         key = (token, sandbox_id)
         claims = self._verified.get(key)
         if claims is not None:
-            if claims.expiry >= self._clock():
+            if claims.expiry < self._clock():
+                del self._verified[key]
+            elif self._signer.revocations.is_revoked(claims):
+                del self._verified[key]
+                raise _token_invalid(
+                    "token was revoked (its tenant's keys were revoked or rotated)"
+                )
+            else:
                 return claims
-            del self._verified[key]
         try:
             claims = self._signer.verify(token, sandbox_id, now=self._clock())
         except TokenError as exc:

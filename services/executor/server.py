@@ -20,8 +20,8 @@ from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 from orchard.common.errors import invalid
 from orchard.common.observability import ServerObservability
-from orchard.common.service_runner import ServiceRunner
-from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.service_runner import ServiceRunner, wait_for_stop_signal
+from orchard.common.tokens import Keyring, Revocations, TokenVerifier, decode_sandbox_keys
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import CallAuthorizer
@@ -51,7 +51,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
     """ExecutorService: exec, sessions (and files, through the file service)."""
 
-    def __init__(self, settings: ExecutorSettings, signer: TokenSigner) -> None:
+    def __init__(self, settings: ExecutorSettings, signer: TokenVerifier) -> None:
         self._authorizer = CallAuthorizer(signer)
         self._sandboxes: SandboxLocator = (
             SingleSandbox(settings.in_sandbox_run_dir)
@@ -239,6 +239,22 @@ async def _pump_requests(
         stream.fail(exc)
 
 
+def token_verifier(settings: ExecutorSettings) -> TokenVerifier:
+    """How this executor checks tokens. Node mode: the node's keyring and the tenants'
+    revocations. Injected mode: what ``run/token.key`` held, which is this sandbox's own
+    keys (local injected runtime: JSON from ``tokens.encode_sandbox_keys``) or, from the
+    Helm chart's Secret, the deployment's single key (raw bytes, key id ``k0``)."""
+    if settings.token_key is None:
+        layout = settings.layout
+        return TokenVerifier(
+            keyring=layout.keyring_file(), revocations=Revocations(layout.revocations)
+        )
+    if settings.token_key.lstrip().startswith(b"{"):
+        sandbox_id, keys = decode_sandbox_keys(settings.token_key)
+        return TokenVerifier.for_sandbox(sandbox_id, keys)
+    return TokenVerifier(keyring=Keyring.single(settings.token_key))
+
+
 def server_options(settings: ExecutorSettings) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
@@ -249,9 +265,7 @@ def server_options(settings: ExecutorSettings) -> list[tuple[str, Any]]:
 
 async def start_server(settings: ExecutorSettings) -> tuple[ServiceRunner, ExecutorServicer]:
     """Start serving; returns the running server (its ``address``) and the servicer."""
-    key = settings.token_key
-    signer = TokenSigner(key if key is not None else load_or_create_key(settings.token_key_path))
-    servicer = ExecutorServicer(settings, signer)
+    servicer = ExecutorServicer(settings, token_verifier(settings))
     runner = ServiceRunner(
         "executor",
         settings.listen,
@@ -270,12 +284,12 @@ async def start_server(settings: ExecutorSettings) -> tuple[ServiceRunner, Execu
     return runner, servicer
 
 
-async def serve(settings: ExecutorSettings, stop: asyncio.Event) -> None:
-    """Serve until ``stop`` is set, then shut down gracefully."""
+async def serve(settings: ExecutorSettings) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
     runner, servicer = await start_server(settings)
     print(runner.address, flush=True)
     try:
-        await stop.wait()
+        await wait_for_stop_signal()
     finally:
         servicer.sessions.close_all()
         await runner.stop(settings.shutdown_grace_seconds)

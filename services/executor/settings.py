@@ -40,16 +40,13 @@ class ExecutorSettings:
     sandbox.json, init.sock and executor.addr are in this folder (``/.orchard/run``);
     None = node mode (every sandbox under ``home``)."""
     token_key: bytes | None = None
-    """The token key itself, already read (injected mode reads it and removes the
-    file before any sandbox code can run); None = read ``token_key_path``."""
+    """Injected mode: what ``run/token.key`` held, already read (the executor reads it and
+    removes the file before any sandbox code can run): this sandbox's own token keys;
+    None = node mode (the node's keyring, ``secrets/token-keys.json``)."""
 
     @property
     def layout(self) -> NodeLayout:
         return NodeLayout(self.home)
-
-    @property
-    def token_key_path(self) -> Path:
-        return self.layout.token_key
 
     @property
     def address_file(self) -> Path:

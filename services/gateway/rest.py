@@ -13,8 +13,9 @@ have no JSON form; ``Run`` covers a command with known stdin.
   quotas, same errors, by construction). An ExecutorService call is
   authorised by the same key: the front asks the gateway for the sandbox's
   executor access (``GetExecutorAccess``: the tenant must own the sandbox),
-  caches it until shortly before the token expires, and calls the executor
-  with that token; the executor checks it as for any client.
+  caches it until shortly before the token expires (checking the key again on
+  every call, so a revoked key stops at once), and calls the executor with that
+  token; the executor checks it as for any client.
 - **Bodies**: the request message in proto3 JSON (field names in
   ``snake_case`` or ``lowerCamelCase``; ``bytes`` as base64; an empty body is
   the empty message); unknown fields are refused (400). Answers use the proto
@@ -47,7 +48,7 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
-from orchard.common.errors import FAULT_KEY, REASON_KEY, RETRY_AFTER_KEY
+from orchard.common.errors import FAULT_KEY, REASON_KEY, RETRY_AFTER_KEY, ServiceError
 from orchard.common.observability import REQUEST_ID_KEY, OutgoingContextInterceptor
 
 log = structlog.get_logger("orchard.gateway")
@@ -179,7 +180,10 @@ class _Access:
 class RestFront:
     """aiohttp handlers that turn JSON calls into gRPC calls (one route per RPC)."""
 
-    def __init__(self, gateway_address: str) -> None:
+    def __init__(
+        self, gateway_address: str, authenticate: Callable[[str], str] | None = None
+    ) -> None:
+        self._authenticate = authenticate
         self._gateway = grpc.aio.insecure_channel(
             gateway_address,
             interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
@@ -224,6 +228,9 @@ class RestFront:
         cache_key = (authorization, sandbox_id)
         cached = self._access.get(cache_key)
         if cached is not None and cached.expires_at - ACCESS_MARGIN_SECONDS > time.time():
+            # The key is checked again on every call: a revoked or rotated key must not
+            # keep using what it fetched before (the gRPC API checks it per call too).
+            self._check_key(authorization, cache_key)
             return cached
         call = self._gateway.unary_unary(
             "/orchard.v1.SandboxService/GetExecutorAccess",
@@ -242,6 +249,15 @@ class RestFront:
             self._access.clear()
         self._access[cache_key] = access
         return access
+
+    def _check_key(self, authorization: str, cache_key: tuple[str, str]) -> None:
+        if self._authenticate is None:
+            return
+        try:
+            self._authenticate(authorization)
+        except ServiceError as exc:
+            self._access.pop(cache_key, None)
+            raise RestError(exc.code, exc.message, exc.reason, exc.fault) from None
 
     async def _parse(self, request: web.Request, cls: type[Message]) -> Message:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
@@ -373,9 +389,12 @@ class RunningRest:
         await self.front.close()
 
 
-async def start_rest(listen: str, gateway_address: str) -> RunningRest:
-    """Serve the REST front on ``listen`` ("host:port", port 0 = free)."""
-    front = RestFront(gateway_address)
+async def start_rest(
+    listen: str, gateway_address: str, authenticate: Callable[[str], str] | None = None
+) -> RunningRest:
+    """Serve the REST front on ``listen`` ("host:port", port 0 = free); ``authenticate``
+    (the gateway's API-key check) re-checks a key before cached executor access is used."""
+    front = RestFront(gateway_address, authenticate)
     runner = web.AppRunner(build_app(front), access_log=None)
     await runner.setup()
     host, _, port = listen.rpartition(":")

@@ -20,7 +20,7 @@ from orchard.common.service_runner import (
     ServiceRunner,
     wait_for_stop_signal,
 )
-from orchard.common.tokens import TokenSigner
+from orchard.common.tokens import Revocations, TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import KEY_FILE, ApiKeyAuth, ensure_dev_key
@@ -74,10 +74,10 @@ def _node_signer(home: Path) -> TokenSigner | None:
     """The node's token key when this gateway shares the node's home, so the proxy can
     refuse a forged token before asking the scheduler anything; else None (the executor
     still verifies every token)."""
-    try:
-        return TokenSigner(NodeLayout(home).token_key.read_bytes())
-    except OSError:
+    layout = NodeLayout(home)
+    if not (layout.token_keyring.exists() or layout.token_key.exists()):
         return None
+    return TokenSigner(layout.keyring_file(), Revocations(layout.revocations))
 
 
 async def start(settings: GatewaySettings) -> RunningGateway:
@@ -113,7 +113,7 @@ async def start(settings: GatewaySettings) -> RunningGateway:
     address = await runner.start()
     running = RunningGateway(address, runner, channel, service, proxy=proxy)
     if settings.http_listen is not None:
-        running.rest = await start_rest(settings.http_listen, address)
+        running.rest = await start_rest(settings.http_listen, address, service.auth.tenant_for)
         running.http_address_file = run / "gateway-http.addr"
         write_address_file(running.http_address_file, running.rest.address)
     if settings.metrics_listen is not None:

@@ -26,7 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchard.common.layout import NodeLayout
 from orchard.common.quotas import QUOTA_FILE, Quota, QuotaTable
+from orchard.common.tokens import Revocations
 
 from .auth import KEY_FILE, hash_key
 
@@ -129,13 +131,15 @@ class TenantRegistry:
         return key
 
     def revoke(self, name: str) -> None:
-        """Drop every key of ``name``: its calls fail UNAUTHENTICATED from now on."""
+        """Drop every key of ``name``: its calls fail UNAUTHENTICATED from now on, and the
+        data-plane tokens it was given stop working (``revocations.json``)."""
         with self._locked():
             keys = self._keys()
             if name not in keys:
                 raise TenantError(f"no tenant {name!r}")
             keys[name] = []
             self._save_keys(keys)
+            Revocations.revoke(NodeLayout(self.home).revocations, name)
 
     def rotate_key(self, name: str, keep_old: bool = False) -> str:
         """A new key for ``name`` (the old ones stop working unless ``keep_old``)."""
@@ -146,6 +150,9 @@ class TenantRegistry:
             key = new_api_key()
             keys[name] = [*(keys[name] if keep_old else []), hash_key(key)]
             self._save_keys(keys)
+            if not keep_old:
+                # The old key's data-plane tokens go with it (new ones come with the new key).
+                Revocations.revoke(NodeLayout(self.home).revocations, name)
         return key
 
     def set_quota(self, name: str, values: dict[str, str]) -> Quota:

@@ -23,7 +23,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 import grpc
 import structlog
@@ -34,7 +34,18 @@ from orchard.common.metrics import observe_phase
 from orchard.common.tokens import TokenSigner
 from orchard.common.tracing import span
 
-from .backends.base import CLAIMED_ELSEWHERE, Backend, BackendError, BackendSandbox, SandboxSpec
+from .backends.base import (
+    CLAIMED_ELSEWHERE,
+    POOL_STATE,
+    REPORT_FAILURES,
+    UPDATE_ENV,
+    Backend,
+    BackendError,
+    BackendSandbox,
+    SandboxSpec,
+    check_capabilities,
+    supports,
+)
 from .disk_full import disk_full_error, says_disk_full
 from .ids import new_sandbox_id
 from .network_policies import NetworkPolicyTable, mode_name
@@ -63,58 +74,6 @@ CLAIM_ATTEMPTS = 3
 ClaimOutcome = Literal["hit", "miss", "retry"]
 
 
-@runtime_checkable
-class EnvUpdatingBackend(Protocol):
-    """A backend that can change a running sandbox's command environment.
-
-    Claims need it to apply the claimer's env to a warm member (the local
-    backend rewrites the sandbox.json the executor reads). Without it, a claim
-    that brings env is served cold.
-    """
-
-    async def update_env(self, sandbox_id: str, env: dict[str, str]) -> None: ...
-
-
-@runtime_checkable
-class PoolBackend(Protocol):
-    """A backend that keeps pool state itself (Kubernetes: the pods' labels and deadlines).
-
-    Members are made with ``create_pool_member`` (free, with a long deadline),
-    sandboxes owned from the start with ``create_owned`` (owner and TTL on the
-    object, so the backstop holds without the scheduler), and a claim the store
-    granted is confirmed on the object with ``claim_member`` (optimistic
-    concurrency there: a conflict is a failed claim, never a shared sandbox).
-    """
-
-    async def create_pool_member(self, spec: SandboxSpec, template: str) -> BackendSandbox: ...
-
-    async def create_owned(
-        self, spec: SandboxSpec, *, tenant: str, ttl_seconds: int, template: str
-    ) -> BackendSandbox: ...
-
-    async def claim_member(
-        self, sandbox_id: str, *, tenant: str, ttl_seconds: int, labels: dict[str, str]
-    ) -> None: ...
-
-
-class SandboxFailure(Protocol):
-    """Why a running sandbox failed, as a backend reports it."""
-
-    @property
-    def reason(self) -> str: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def client_fault(self) -> bool: ...
-
-
-@runtime_checkable
-class FailureReportingBackend(Protocol):
-    """A backend whose sandboxes can fail behind the scheduler's back (preemption, eviction)."""
-
-    async def failure(self, sandbox_id: str) -> SandboxFailure | None: ...
-
-
 class SandboxLifecycle:
     def __init__(
         self,
@@ -124,6 +83,7 @@ class SandboxLifecycle:
         settings: SchedulerSettings,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        check_capabilities(backend)
         self.store = store
         self.backend = backend
         self.signer = signer
@@ -216,8 +176,9 @@ class SandboxLifecycle:
             existing = self.store.get_by_request(tenant, req.request_id)
             if existing is not None:
                 return await self._settled(existing), "retry"
-        updates_env = isinstance(self.backend, EnvUpdatingBackend)
-        for _ in range(CLAIM_ATTEMPTS if (updates_env or not req.env) else 0):
+        env_updater = supports(self.backend, UPDATE_ENV)
+        pool_state = supports(self.backend, POOL_STATE)
+        for _ in range(CLAIM_ATTEMPTS if (env_updater is not None or not req.env) else 0):
             try:
                 rec = self.store.claim(
                     template.name,
@@ -235,13 +196,13 @@ class SandboxLifecycle:
             if rec is None:
                 break
             try:
-                if isinstance(self.backend, PoolBackend):
-                    await self.backend.claim_member(
+                if pool_state is not None:
+                    await pool_state.claim_member(
                         rec.id, tenant=tenant, ttl_seconds=req.ttl_seconds, labels=req.labels
                     )
                 if req.env:
-                    assert isinstance(self.backend, EnvUpdatingBackend)
-                    await self.backend.update_env(rec.id, req.env)
+                    assert env_updater is not None
+                    await env_updater.update_env(rec.id, req.env)
                 return rec, "hit"
             except BackendError as exc:
                 if exc.reason == CLAIMED_ELSEWHERE:
@@ -327,12 +288,12 @@ class SandboxLifecycle:
         return rec.with_state(ready_state)
 
     async def _backend_create(self, rec: SandboxRecord, spec: SandboxSpec) -> BackendSandbox:
-        backend = self.backend
-        if not isinstance(backend, PoolBackend):
-            return await backend.create(spec)
+        pool_state = supports(self.backend, POOL_STATE)
+        if pool_state is None:
+            return await self.backend.create(spec)
         if rec.in_pool:
-            return await backend.create_pool_member(spec, rec.template)
-        return await backend.create_owned(
+            return await pool_state.create_pool_member(spec, rec.template)
+        return await pool_state.create_owned(
             spec, tenant=rec.tenant, ttl_seconds=rec.ttl_seconds, template=rec.template
         )
 
@@ -345,8 +306,8 @@ class SandboxLifecycle:
         (with the backend's reason and fault) until it is deleted or expires; an
         unclaimed pool member, which nobody saw, is removed at once.
         """
-        backend = self.backend
-        if not isinstance(backend, FailureReportingBackend):
+        backend = supports(self.backend, REPORT_FAILURES)
+        if backend is None:
             return 0
         found = 0
         for rec in self.store.find(states=USABLE_STATES):
@@ -386,8 +347,9 @@ class SandboxLifecycle:
         ttl = max(1.0, min(self.settings.token_ttl_seconds, rec.expires_at - now))
         # Bound to the owner, with its exec quota for the executor to enforce.
         token, expiry = self.signer.issue(
-            rec.id, ttl, now=now, tenant=rec.tenant, max_execs=call_quota().max_execs
-        )
+            rec.id, ttl, now=now, tenant=rec.tenant, max_execs=call_quota().max_execs,
+            created=rec.created_at,
+        )  # fmt: skip
         address = rec.executor_address or self.settings.executor_address
         if not address:
             raise infrastructure(

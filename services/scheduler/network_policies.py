@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from orchard._proto.orchard.v1 import common_pb2
 from orchard.common.errors import invalid
@@ -62,15 +61,6 @@ def mode_number(policy: NetworkPolicySpec) -> int:
 
 def mode_name(mode: int) -> str:
     return _TO_NAME.get(mode, MODE_NONE)  # type: ignore[call-overload, no-any-return]
-
-
-@runtime_checkable
-class NetworkUpdatingBackend(Protocol):
-    """A backend that can change a running sandbox's network policy (local does)."""
-
-    name: str
-
-    async def update_network(self, sandbox_id: str, policy: NetworkPolicySpec) -> None: ...
 
 
 class NetworkPolicyTable:

@@ -22,10 +22,11 @@ from orchard.common.service_runner import (
     ServiceRunner,
     wait_for_stop_signal,
 )
-from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.tokens import TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
-from .backends.base import Backend, load_backend
+from .backends.base import CLOSE, Backend, supports
+from .backends.registry import load_backend
 from .disk_full import disk_full_status
 from .lifecycle import SandboxLifecycle
 from .pool_filler import PoolFiller
@@ -63,9 +64,9 @@ class RunningScheduler:
         await self.lifecycle.wait_idle()
         # The backend's own shutdown (the local one stops its egress proxy and
         # removes the bridge and nft tables once no sandbox needs them).
-        close = getattr(self.lifecycle.backend, "close", None)
-        if self.owns_backend and close is not None:
-            await close()
+        closing = supports(self.lifecycle.backend, CLOSE)
+        if self.owns_backend and closing is not None:
+            await closing.close()
         self.store.close()
         log.info("scheduler stopped")
 
@@ -80,7 +81,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     if backend is None:
         backend = load_backend(settings.backend, settings)
     check_runtime_classes(templates, backend)
-    signer = TokenSigner(load_or_create_key(layout.token_key))
+    signer = TokenSigner(layout.keyring_file())
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
     runner = ServiceRunner(

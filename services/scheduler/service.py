@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from importlib.metadata import version as _package_version
 from typing import Any
 
 import grpc
@@ -27,15 +28,16 @@ from orchard.common.layout import is_valid_sandbox_id
 from orchard.common.logging import bind_call
 from orchard.common.metrics import observe_phase
 
-from .backends.base import BackendError
+from .backends.base import UPDATE_NETWORK, BackendError, supports
 from .lifecycle import SandboxLifecycle, failed_create_error, lease_end
-from .network_policies import NetworkUpdatingBackend, policy_from_proto, policy_to_proto
+from .network_policies import policy_from_proto, policy_to_proto
 from .pool_filler import PoolFiller
 from .store import USABLE_STATES, SandboxRecord, State
-from .tenant_quota import check_create_quota, remember_call_quota
+from .tenant_quota import COUNTED_STATES, call_quota, check_create_quota, remember_call_quota
 from .validation import validate_create, validate_labels, validate_template_request
 
 TENANT_KEY = "orchard-tenant"
+SERVER_VERSION = _package_version("orchard-env")
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -204,10 +206,11 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
                 f"sandbox {rec.id} is {rec.state.name}; only a running sandbox's policy can change",
                 "SANDBOX_NOT_READY",
             )
-        backend = self.lifecycle.backend
-        if not isinstance(backend, NetworkUpdatingBackend):
+        backend = supports(self.lifecycle.backend, UPDATE_NETWORK)
+        if backend is None:
             raise precondition(
-                f"the {backend.name} backend cannot change a running sandbox's network policy",
+                f"the {self.lifecycle.backend.name} backend cannot change a running sandbox's "
+                "network policy",
                 "INVALID_FIELD",
             )
         try:
@@ -231,6 +234,27 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
                 )
                 for i in images
             ]
+        )
+
+    async def GetTenant(
+        self, request: sandbox_pb2.GetTenantRequest, context: Context
+    ) -> sandbox_pb2.TenantView:
+        """The caller's own view: its quota (as the gateway sent it) and what it uses now."""
+        tenant = tenant_of(context)
+        quota = call_quota()
+        live, cpu, memory = self.lifecycle.store.usage(tenant, COUNTED_STATES)
+        return sandbox_pb2.TenantView(
+            tenant=tenant,
+            quota=sandbox_pb2.TenantQuota(
+                max_sandboxes=quota.max_sandboxes,
+                max_cpu_millis=quota.max_cpu_millis,
+                max_memory_bytes=quota.max_memory_bytes,
+                create_rate=quota.create_rate,
+                create_burst=quota.create_burst,
+                max_execs=quota.max_execs,
+            ),
+            usage=sandbox_pb2.TenantUsage(sandboxes=live, cpu_millis=cpu, memory_bytes=memory),
+            server_version=SERVER_VERSION,
         )
 
 

@@ -75,7 +75,7 @@ class SchedulerSettings:
     """Local backend: the executor bundle; sandboxes of runtime class "" then run
     injected (their own executor, at ``unix:<home>/sandboxes/<id>/run/executor.sock``)."""
     backend: str = "local"
-    """Backend name for ``backends.load_backend``."""
+    """Backend name for ``backends.registry.load_backend`` ("local" or "kubernetes")."""
     images_dir: Path | None = None
     """Images folder for the backend; None means ``<home>/images``."""
     init_binary: Path | None = None

@@ -36,7 +36,7 @@ from typing import Any
 from orchard._proto.orchard.v1 import common_pb2, pools_pb2
 from orchard.common.errors import ServiceError
 
-from .backends.base import BackendError
+from .backends.base import CHECK_RUNTIME_CLASS, Backend, BackendError, supports
 from .backends.netpolicy.policy import (
     MODE_ALLOWLIST,
     MODE_INTERNET,
@@ -233,18 +233,18 @@ def load_templates(home: Path, limits: CreateLimits) -> dict[str, Template]:
         raise TemplateConfigError(f"{where}: {exc}") from None
 
 
-def check_runtime_classes(templates: dict[str, Template], backend: object) -> None:
+def check_runtime_classes(templates: dict[str, Template], backend: Backend) -> None:
     """Every template's runtime class is one the backend runs (checked once, at start).
 
-    A backend with a ``check_runtime_class`` method (local: "", runc, injected with
+    A backend that declares ``CHECK_RUNTIME_CLASS`` (local: "", runc, injected with
     a bundle) decides; others (Kubernetes: any RuntimeClass the cluster has) take
     the name as it is.
     """
-    check = getattr(backend, "check_runtime_class", None)
-    if check is None:
+    checker = supports(backend, CHECK_RUNTIME_CLASS)
+    if checker is None:
         return
     for template in templates.values():
         try:
-            check(template.runtime_class)
+            checker.check_runtime_class(template.runtime_class)
         except BackendError as exc:
             raise TemplateConfigError(f"template {template.name!r}: {exc.message}") from None

@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+from typing import Any
 
-from orchard.scheduler.backends.base import BackendError, BackendSandbox, ImageInfo, SandboxSpec
+from orchard.scheduler.backends.base import (
+    BackendError,
+    BackendSandbox,
+    Capability,
+    ImageInfo,
+    SandboxSpec,
+)
 
 
 class FakeBackend:
+    """The required operations only; subclasses add a capability by declaring it."""
+
     name = "fake"
+    capabilities: frozenset[Capability[Any]] = frozenset()
 
     def __init__(self, images: tuple[str, ...] = ("debian",), create_delay: float = 0.0) -> None:
         self.sandboxes: dict[str, SandboxSpec] = {}

@@ -16,7 +16,8 @@ from pathlib import Path
 import grpc
 import pytest
 from orchard.executor.initbin import ensure_init_binary
-from orchard.scheduler.backends.base import Backend, SandboxSpec, load_backend
+from orchard.scheduler.backends.base import Backend, SandboxSpec
+from orchard.scheduler.backends.registry import load_backend
 from orchard.scheduler.settings import SchedulerSettings
 from orchard.scheduler.store import State
 

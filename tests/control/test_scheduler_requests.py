@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from orchard._proto.orchard.v1 import common_pb2, sandbox_pb2
-from orchard.common.layout import is_valid_sandbox_id
-from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.layout import NodeLayout, is_valid_sandbox_id
+from orchard.common.tokens import TokenSigner
 
 from .conftest import ControlPlane
 from .fake_backend import FakeBackend
@@ -46,7 +46,7 @@ def test_create_fills_defaults_and_gives_executor_access(plane: ControlPlane) ->
     assert sb.network.mode == Mode.NONE
     assert 3590 < sb.expires_at.seconds - sb.created_at.seconds <= 3600
     assert sb.executor.address == "127.0.0.1:1"
-    signer = TokenSigner(load_or_create_key(plane.home / "secrets" / "token.key"))
+    signer = TokenSigner(NodeLayout(plane.home).keyring_file())
     signer.verify(sb.executor.token, sb.id)  # raises if invalid
     assert sb.executor.token_expires_at.seconds <= sb.expires_at.seconds
 

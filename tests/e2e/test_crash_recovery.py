@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from orchard import Sandbox
+from orchard import Orchard
 from tests.cgroup_paths import sandbox_cgroup_dirs
 from tests.stack import REQUIRES_STACK, running_stack
 
@@ -44,7 +44,7 @@ def test_kill_9_of_the_stack_then_restart_accounts_for_every_sandbox(tmp_path: P
     home = tmp_path / "home"
     with running_stack(home) as stack:
         key = (home / "dev-api-key").read_text().strip()
-        boxes = [Sandbox.create(endpoint=stack.endpoint, api_key=key) for _ in range(3)]
+        boxes = [Orchard(stack.endpoint, key).sandboxes.create() for _ in range(3)]
         boxes[0].write_file("/work/kept.txt", b"acknowledged before the crash")
         ids = {b.id for b in boxes}
         services = _descendants(stack.process.pid)
@@ -61,9 +61,9 @@ def test_kill_9_of_the_stack_then_restart_accounts_for_every_sandbox(tmp_path: P
 
     with running_stack(home) as stack:
         key = (home / "dev-api-key").read_text().strip()
-        listed = {s.id for s in Sandbox.list(endpoint=stack.endpoint, api_key=key)}
+        listed = {s.id for s in Orchard(stack.endpoint, key).sandboxes.list()}
         assert ids <= listed, (ids, listed)
-        adopted = Sandbox.connect(boxes[0].id, endpoint=stack.endpoint, api_key=key)
+        adopted = Orchard(stack.endpoint, key).sandboxes.connect(boxes[0].id)
         assert adopted.read_file("/work/kept.txt") == b"acknowledged before the crash"
         assert adopted.exec(["echo", "alive"]).stdout == b"alive\n"
         stack.process.send_signal(signal.SIGTERM)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import orchard
-from orchard import AsyncSandbox, ExecStatus, OutputChunk, Sandbox
+from orchard import AsyncOrchard, ExecStatus, Orchard, OutputChunk, Sandbox
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 pytestmark = REQUIRES_STACK
@@ -36,7 +36,7 @@ def key(stack: Stack) -> str:
 
 @pytest.fixture(scope="module")
 def sb(stack: Stack, key: str) -> Iterator[Sandbox]:
-    with Sandbox.create(endpoint=stack.endpoint, api_key=key, ttl=900, memory="512Mi") as box:
+    with Orchard(stack.endpoint, key).sandboxes.create(ttl=900, memory="512Mi") as box:
         yield box
 
 
@@ -106,7 +106,7 @@ def test_many_concurrent_execs(stack: Stack, key: str) -> None:
     """64 streams, 20 execs each, under the default pids limit: every shim is reaped in time."""
 
     async def scenario() -> list[str]:
-        async with await AsyncSandbox.create(endpoint=stack.endpoint, api_key=key) as box:
+        async with await AsyncOrchard(stack.endpoint, key).sandboxes.create() as box:
 
             async def worker(i: int) -> str:
                 outs = [(await box.exec(["echo", str(i)])).stdout_text for _ in range(20)]
@@ -119,7 +119,7 @@ def test_many_concurrent_execs(stack: Stack, key: str) -> None:
 
 def test_hitting_the_pids_limit_is_the_sandboxs_own_error(stack: Stack, key: str) -> None:
     async def scenario() -> list[BaseException | None]:
-        async with await AsyncSandbox.create(endpoint=stack.endpoint, api_key=key, pids=16) as box:
+        async with await AsyncOrchard(stack.endpoint, key).sandboxes.create(pids=16) as box:
 
             async def one() -> None:
                 await box.exec(["sleep", "0.3"])

@@ -24,7 +24,7 @@ import grpc
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 from orchard.common.layout import NodeLayout, SandboxMeta
-from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.tokens import TokenSigner
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASSWD = (
@@ -128,7 +128,7 @@ class Client:
             options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
         )
         self.stub = pb_grpc.ExecutorServiceStub(self.channel)  # type: ignore[no-untyped-call]
-        self.signer = TokenSigner(load_or_create_key(NodeLayout(home).token_key))
+        self.signer = TokenSigner(NodeLayout(home).keyring_file())
 
     def metadata(self, sandbox_id: str, token: str | None = None) -> tuple[tuple[str, str], ...]:
         if token is None:

@@ -35,7 +35,7 @@ def test_missing_malformed_forged_expired_and_foreign_tokens(
     _refused(client, ())
     _refused(client, (("authorization", "Bearer garbage"),))
     _refused(client, (("authorization", "Basic abc"),))
-    forged, _ = TokenSigner(b"k" * 32).issue(SANDBOX_ID, 3600)
+    forged, _ = TokenSigner.from_key(b"k" * 32).issue(SANDBOX_ID, 3600)
     _refused(client, client.metadata(SANDBOX_ID, forged))
     expired, _ = client.signer.issue(SANDBOX_ID, -10)
     _refused(client, client.metadata(SANDBOX_ID, expired))

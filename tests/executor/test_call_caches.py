@@ -14,10 +14,9 @@ import pytest
 from orchard.executor import oom
 from orchard.executor.auth import CallAuthorizer
 
-from orchard._proto.orchard.v1 import executor_pb2_grpc
-from orchard.client import _channels
+from orchard.client import Orchard
 from orchard.common.errors import ServiceError
-from orchard.common.tokens import TokenClaims, TokenSigner
+from orchard.common.tokens import Keyring, TokenClaims, TokenSigner
 
 SANDBOX = "sb-cache-a"
 OTHER = "sb-cache-b"
@@ -39,7 +38,7 @@ def _bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 def test_a_remembered_token_is_verified_once_and_refused_after_expiry() -> None:
     now = [1_000_000.0]
-    signer = CountingSigner(b"k" * 32)
+    signer = CountingSigner(Keyring.single(b"k" * 32))
     CountingSigner.verified = 0
     authorizer = CallAuthorizer(signer, clock=lambda: now[0])
     token, expiry = signer.issue(SANDBOX, 60, now=now[0], tenant="t1", max_execs=3)
@@ -54,7 +53,7 @@ def test_a_remembered_token_is_verified_once_and_refused_after_expiry() -> None:
 
 
 def test_a_remembered_token_is_only_good_for_its_sandbox() -> None:
-    signer = TokenSigner(b"k" * 32)
+    signer = TokenSigner.from_key(b"k" * 32)
     authorizer = CallAuthorizer(signer)
     token, _ = signer.issue(SANDBOX, 60)
     authorizer.check(SANDBOX, _bearer(token))
@@ -115,10 +114,11 @@ def test_oom_counter_survives_its_cgroup_being_removed_and_recreated() -> None:
 
 
 def test_sdk_stubs_are_built_once_per_address() -> None:
-    make = executor_pb2_grpc.ExecutorServiceStub
-    first = _channels.sync_stub("127.0.0.1:1", make)
-    assert _channels.sync_stub("127.0.0.1:1", make) is first
-    assert _channels.sync_stub("127.0.0.1:2", make) is not first
-    _channels.close_all()
-    assert _channels.sync_stub("127.0.0.1:1", make) is not first
-    _channels.close_all()
+    client = Orchard("127.0.0.1:1", "key")
+    first = client._executor("127.0.0.1:1")
+    assert client._executor("127.0.0.1:1") is first
+    assert client._executor("127.0.0.1:2") is not first
+    assert client.transport.channel("127.0.0.1:1") is client.transport.channel("127.0.0.1:1")
+    client.close()
+    assert client._executor("127.0.0.1:1") is not first
+    client.close()

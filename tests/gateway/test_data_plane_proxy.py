@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from orchard import Sandbox
+from orchard import Orchard, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2
 from tests.gateway.conftest import GatewayStack
 from tests.gateway.data_plane_checks import (
@@ -40,7 +40,7 @@ def dev_key(gw: GatewayStack) -> str:
 
 @pytest.fixture(scope="module")
 def direct_sb(gw: GatewayStack) -> Iterator[Sandbox]:
-    sb = Sandbox.create(endpoint=gw.endpoint, api_key=dev_key(gw))
+    sb = Orchard(gw.endpoint, dev_key(gw)).sandboxes.create()
     try:
         yield sb
     finally:
@@ -50,7 +50,7 @@ def direct_sb(gw: GatewayStack) -> Iterator[Sandbox]:
 @pytest.fixture
 def proxied(gw: GatewayStack, direct_sb: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     monkeypatch.setenv("ORCHARD_DATA_PLANE", "proxy")
-    return Sandbox.connect(direct_sb.id, endpoint=gw.endpoint, api_key=dev_key(gw))
+    return Orchard(gw.endpoint, dev_key(gw)).sandboxes.connect(direct_sb.id)
 
 
 def access_of(gw: GatewayStack, sandbox_id: str, api_key: str) -> sandbox_pb2.ExecutorAccess:
@@ -68,7 +68,7 @@ def gateway_stub(gw: GatewayStack) -> executor_pb2_grpc.ExecutorServiceStub:
 def test_sdk_goes_to_the_gateway_in_proxy_mode(gw: GatewayStack, proxied: Sandbox) -> None:
     _stub, access = proxied._executor()
     assert proxied.config.data_plane == "proxy"
-    assert proxied._data_plane_address(access) == gw.endpoint
+    assert proxied.client.data_plane_address(access) == gw.endpoint
     assert access.address != gw.endpoint  # the executor's own address is elsewhere
 
 
@@ -107,7 +107,7 @@ def test_raw_run_needs_the_sandbox_token(gw: GatewayStack, direct_sb: Sandbox) -
 
 def test_foreign_tenant_token_refused(gw: GatewayStack, direct_sb: Sandbox) -> None:
     other_key = gw.new_tenant("proxyother")
-    theirs = Sandbox.create(endpoint=gw.endpoint, api_key=other_key)
+    theirs = Orchard(gw.endpoint, other_key).sandboxes.create()
     try:
         stub = gateway_stub(gw)
         mine = access_of(gw, direct_sb.id, dev_key(gw)).token

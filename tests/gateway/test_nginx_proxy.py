@@ -22,7 +22,7 @@ import grpc
 import pytest
 from orchard.gateway.proxy_nginx import NginxPaths, render_conf
 
-from orchard import Sandbox
+from orchard import Orchard, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
 from tests.gateway.data_plane_checks import (
     bearer,
@@ -85,7 +85,7 @@ def ngx() -> Iterator[NginxStack]:
 
 @pytest.fixture(scope="module")
 def direct_sb(ngx: NginxStack) -> Iterator[Sandbox]:
-    sb = Sandbox.create(endpoint=ngx.stack.endpoint, api_key=ngx.key)
+    sb = Orchard(ngx.stack.endpoint, ngx.key).sandboxes.create()
     try:
         yield sb
     finally:
@@ -121,7 +121,7 @@ def test_conf_has_one_fixed_upstream_and_no_client_chosen_target(tmp_path: Path)
 
 def test_sdk_finds_nginx_from_the_home(ngx: NginxStack, proxied: Sandbox) -> None:
     _stub, access = proxied._executor()
-    assert proxied._data_plane_address(access) == ngx.data_plane
+    assert proxied.client.data_plane_address(access) == ngx.data_plane
     assert ngx.data_plane not in (ngx.stack.endpoint, access.address)
 
 
@@ -154,7 +154,7 @@ def test_forged_missing_and_foreign_tokens_refused(ngx: NginxStack, direct_sb: S
             ngx.stub.Run(run_request(direct_sb.id, "true"), metadata=metadata)
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, why
     # A valid token for this sandbox does not open another one (the executor checks the pair).
-    other = Sandbox.create(endpoint=ngx.stack.endpoint, api_key=ngx.key)
+    other = Orchard(ngx.stack.endpoint, ngx.key).sandboxes.create()
     try:
         with pytest.raises(grpc.RpcError) as err:
             ngx.stub.Run(run_request(other.id, "true"), metadata=bearer(token))

@@ -25,7 +25,7 @@ from orchard._proto.orchard.v1 import sandbox_pb2
 from orchard.common.errors import ServiceError
 from orchard.common.tokens import TokenSigner
 
-SIGNER = TokenSigner(b"k" * 32)
+SIGNER = TokenSigner.from_key(b"k" * 32)
 
 
 def token(sandbox_id: str = "sb-abc", tenant: str = "dev", signer: TokenSigner = SIGNER) -> str:
@@ -44,12 +44,17 @@ def test_bearer_of() -> None:
 
 def test_sandbox_and_tenant_verifies_when_it_has_the_key() -> None:
     assert sandbox_and_tenant(token("sb-1", "team.a"), SIGNER) == ("sb-1", "team.a")
-    forged = token("sb-1", "dev", TokenSigner(b"z" * 32))
+    forged = token("sb-1", "dev", TokenSigner.from_key(b"z" * 32))
     with pytest.raises(ServiceError, match="signature"):
         sandbox_and_tenant(forged, SIGNER)
     # Without the key it routes by the token's fields; the executor verifies.
     assert sandbox_and_tenant(forged, None) == ("sb-1", "dev")
-    for garbage in ("a.b.c", "v2.sb.%%%.0.1.sig", "v2.sb.LS0tLQ.0.1.sig"):
+    for garbage in (
+        "a.b.c",
+        "v3.k0.sb.%%%.0.1.2.sig",
+        "v3.k0.sb.LS0tLQ.0.1.2.sig",
+        "v2.sb.ZA.0.1.s",
+    ):
         with pytest.raises(ServiceError):
             sandbox_and_tenant(garbage, None)
 
@@ -156,7 +161,7 @@ def test_routes_refusals() -> None:
             await routes.route(token("sb-new"))
         assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
         with pytest.raises(ServiceError) as err:
-            await routes.route(token("sb-abc", signer=TokenSigner(b"q" * 32)))
+            await routes.route(token("sb-abc", signer=TokenSigner.from_key(b"q" * 32)))
         assert err.value.code == grpc.StatusCode.UNAUTHENTICATED
         assert [c[0] for c in fake.calls] == ["sb-gone", "sb-new"]  # forged: never asked
 

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from orchard import QuotaExceededError, Sandbox
+from orchard import Orchard, QuotaExceededError
 from orchard._proto.orchard.v1 import sandbox_pb2 as spb
 from tests.control.rpc import code, trailers
 
@@ -44,7 +44,7 @@ def test_concurrent_sandbox_quota_and_sdk_wait(gw: GatewayStack) -> None:
         assert trailers(info.value)["orchard-reason"] == "QUOTA_EXCEEDED"
         assert float(trailers(info.value)["retry-after"]) > 0
         with pytest.raises(QuotaExceededError) as sdk_info:
-            Sandbox.create(endpoint=gw.endpoint, api_key=key)
+            Orchard(gw.endpoint, key).sandboxes.create()
         assert sdk_info.value.retry_after is not None and sdk_info.value.retry_after > 0
         # A waiting SDK create gets in once a sandbox is freed.
         freer = threading.Timer(
@@ -54,7 +54,7 @@ def test_concurrent_sandbox_quota_and_sdk_wait(gw: GatewayStack) -> None:
             ),
         )
         freer.start()
-        sb = Sandbox.create(endpoint=gw.endpoint, api_key=key, wait_for_quota=30)
+        sb = Orchard(gw.endpoint, key).sandboxes.create(wait_for_quota=30)
         assert sb.exec(["true"]).exit_code == 0
         freer.join()
     finally:
@@ -87,7 +87,7 @@ def test_create_rate_bucket_gives_an_exact_retry_after(gw: GatewayStack) -> None
         retry_after = float(trailers(info.value)["retry-after"])
         assert 0 < retry_after <= 0.5
         started = time.monotonic()
-        sb = Sandbox.create(endpoint=gw.endpoint, api_key=key, wait_for_quota=10)
+        sb = Orchard(gw.endpoint, key).sandboxes.create(wait_for_quota=10)
         assert sb.last_info.tenant == "q-rate"
         assert time.monotonic() - started < 5
     finally:
@@ -97,7 +97,7 @@ def test_create_rate_bucket_gives_an_exact_retry_after(gw: GatewayStack) -> None
 def test_concurrent_exec_quota_is_enforced_by_the_executor(gw: GatewayStack) -> None:
     key = gw.new_tenant("q-exec", max_execs=1)
     try:
-        sb = Sandbox.create(endpoint=gw.endpoint, api_key=key)
+        sb = Orchard(gw.endpoint, key).sandboxes.create()
         with ThreadPoolExecutor(1) as pool:
             long = pool.submit(sb.exec, ["sleep", "1.5"])
             time.sleep(0.5)

@@ -13,7 +13,7 @@ from orchard._proto.orchard.v1 import executor_pb2 as epb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as epb_grpc
 from orchard._proto.orchard.v1 import sandbox_pb2 as spb
 from orchard.common.layout import NodeLayout
-from orchard.common.tokens import TokenSigner, load_or_create_key
+from orchard.common.tokens import TokenSigner
 from tests.control.rpc import code, trailers
 
 from .conftest import GatewayStack
@@ -127,16 +127,22 @@ def test_wrong_expired_and_forged_tokens_are_refused(gw: GatewayStack) -> None:
     box = gw.control.CreateSandbox(spb.CreateSandboxRequest(), metadata=auth(key), timeout=60)
     try:
         token = box.executor.token
-        version, sandbox, tenant, max_execs, expiry, signature = token.split(".")
-        assert (version, sandbox) == ("v2", box.id)
-        node_signer = TokenSigner(load_or_create_key(NodeLayout(gw.home).token_key))
+        version, kid, sandbox, tenant, max_execs, issued, expiry, signature = token.split(".")
+        assert (version, sandbox) == ("v3", box.id)
+        node_signer = TokenSigner(NodeLayout(gw.home).keyring_file())
         assert node_signer.verify(token, box.id).tenant == "token-attacks"
-        forged_tenant = ".".join([version, sandbox, "ZGV2", max_execs, expiry, signature])
-        longer = ".".join([version, sandbox, tenant, max_execs, str(int(expiry) + 9999), signature])
-        more_execs = ".".join(
-            [version, sandbox, tenant, str(int(max_execs) + 7), expiry, signature]
-        )
-        other_key, _ = TokenSigner(b"x" * 32).issue(box.id, 600, tenant="token-attacks")
+
+        def forge(**fields: str) -> str:
+            parts = {"version": version, "kid": kid, "sandbox": sandbox, "tenant": tenant,
+                     "max_execs": max_execs, "issued": issued, "expiry": expiry}  # fmt: skip
+            return ".".join([*{**parts, **fields}.values(), signature])
+
+        forged_tenant = forge(tenant="ZGV2")
+        longer = forge(expiry=str(int(expiry) + 9999))
+        more_execs = forge(max_execs=str(int(max_execs) + 7))
+        reissued = forge(issued=str(int(issued) + 5))
+        other_kid = forge(kid="k1")
+        other_key, _ = TokenSigner.from_key(b"x" * 32).issue(box.id, 600, tenant="token-attacks")
         expired, _ = node_signer.issue(box.id, -5, tenant="token-attacks")
         with grpc.insecure_channel(box.executor.address) as executor:
             for bad in (
@@ -145,6 +151,8 @@ def test_wrong_expired_and_forged_tokens_are_refused(gw: GatewayStack) -> None:
                 forged_tenant,
                 longer,
                 more_execs,
+                reissued,
+                other_kid,
                 other_key,
                 expired,
                 token + "x",

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from tests.executor import test_auth, test_exec_basic, test_exec_processes
-from tests.executor.harness import Client
+from tests.executor.harness import Client, error_reason
 
 from .conftest import InjectedNode
 from .sandbox_pids import SandboxPids
@@ -71,4 +72,16 @@ test_deadline_exceeded_kills_the_command = (
 )
 
 test_session_calls_check_tokens = test_auth.test_session_calls_check_tokens
-test_unknown_and_invalid_sandboxes = test_auth.test_unknown_and_invalid_sandboxes
+
+
+def test_unknown_and_invalid_sandboxes(client: Client) -> None:
+    """The node executor answers NOT_FOUND for an unknown sandbox; an injected one holds
+    only its own sandbox's token keys, so another sandbox's token cannot even be
+    verified there: UNAUTHENTICATED before any lookup (issue 12, per-sandbox keys)."""
+    with pytest.raises(grpc.RpcError) as err:
+        test_auth._run(client, "sb-does-not-exist", client.metadata("sb-does-not-exist"))
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error_reason(err.value) == "TOKEN_INVALID"
+    with pytest.raises(grpc.RpcError) as err:
+        test_auth._run(client, "../etc", client.metadata("../etc"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -134,11 +134,12 @@ def test_each_executor_serves_only_its_own_sandbox(client: Client, other_client:
     with pytest.raises(grpc.RpcError) as err:
         _run(client, SUITE_ID, foreign)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    # The other sandbox's id with its own valid token: this executor does not have it.
+    # The other sandbox's id with its own valid token: this executor holds only its own
+    # sandbox's token keys, so it cannot even verify it (issue 12: per-sandbox keys).
     with pytest.raises(grpc.RpcError) as err:
         _run(client, OTHER_ID, foreign)
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert error_reason(err.value) == "SANDBOX_NOT_FOUND"
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error_reason(err.value) == "TOKEN_INVALID"
     assert _run(other_client, OTHER_ID, foreign).status.exit_code == 0
 
 

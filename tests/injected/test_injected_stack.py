@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchard import Sandbox
+from orchard import Orchard, Sandbox
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 pytestmark = REQUIRES_STACK
@@ -55,7 +55,7 @@ def node_executor(stack: Stack) -> str:
 
 def test_an_injected_sandbox_is_used_through_its_own_executor(stack: Stack, tmp_path: Path) -> None:
     key = (stack.home / "dev-api-key").read_text().strip()
-    with Sandbox.create(memory="256Mi", ttl=300, endpoint=stack.endpoint, api_key=key) as sb:
+    with Orchard(stack.endpoint, key).sandboxes.create(memory="256Mi", ttl=300) as sb:
         own = f"unix:{stack.home.resolve()}/sandboxes/{sb.id}/run/executor.sock"
         assert address_of(sb) == own
         assert own != node_executor(stack)
@@ -75,17 +75,17 @@ def test_an_injected_sandbox_is_used_through_its_own_executor(stack: Stack, tmp_
         sb.download("/srv", tmp_path / "down")
         assert (tmp_path / "down" / "a.txt").read_text() == "hello"
         # A fresh connection (GetExecutorAccess) gets the same address.
-        again = Sandbox.connect(sb.id, endpoint=stack.endpoint, api_key=key)
+        again = Orchard(stack.endpoint, key).sandboxes.connect(sb.id)
         assert again.exec(["cat", "/tmp/f.bin"]).stdout == b"\1" * 4096
         assert address_of(again) == own
 
 
 def test_runtime_class_per_template_picks_the_executor(stack: Stack) -> None:
     key = (stack.home / "dev-api-key").read_text().strip()
-    with Sandbox.create(template="own", endpoint=stack.endpoint, api_key=key) as own:
+    with Orchard(stack.endpoint, key).sandboxes.create(template="own") as own:
         assert address_of(own).endswith(f"/sandboxes/{own.id}/run/executor.sock")
         assert own.exec(["true"]).exit_code == 0
-    with Sandbox.create(template="node", endpoint=stack.endpoint, api_key=key) as node:
+    with Orchard(stack.endpoint, key).sandboxes.create(template="node") as node:
         assert address_of(node) == node_executor(stack)
         # No bundle in a node-executor sandbox (only orchard-init at /.orchard/init).
         assert node.exec(["/bin/sh", "-c", "test -e /.orchard/bundle"]).exit_code != 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from orchard import Sandbox
+from orchard import Orchard
 from orchard.client import InfrastructureError
 from tests.cgroup_paths import sandbox_cgroup
 from tests.runtime.runtime_helpers import cgroup_dirs, mounts_under
@@ -105,7 +105,7 @@ def wait_for_nothing_left(home: Path, sandbox_id: str, timeout: float = 15.0) ->
 
 def test_a_runsc_sandbox_runs_on_gvisor_and_leaves_nothing(stack: Stack, tmp_path: Path) -> None:
     home = stack.home.resolve()
-    with Sandbox.create(template="gvisor", endpoint=stack.endpoint, api_key=api_key(stack)) as sb:
+    with Orchard(stack.endpoint, api_key(stack)).sandboxes.create(template="gvisor") as sb:
         # gVisor's kernel, not the host's (the host is 6.x; gVisor reports 4.4.0).
         version = sb.exec(["cat", "/proc/version"]).stdout.decode()
         assert "4.4.0" in version and os.uname().release not in version
@@ -139,7 +139,7 @@ def test_a_runsc_sandbox_runs_on_gvisor_and_leaves_nothing(stack: Stack, tmp_pat
     "executor's to add",
 )
 def test_the_file_api_in_a_runsc_sandbox(stack: Stack, tmp_path: Path) -> None:
-    with Sandbox.create(template="gvisor", endpoint=stack.endpoint, api_key=api_key(stack)) as sb:
+    with Orchard(stack.endpoint, api_key(stack)).sandboxes.create(template="gvisor") as sb:
         assert sb.write_file("/tmp/f.bin", b"\2" * 8192) == 8192
         assert sb.read_file("/tmp/f.bin") == b"\2" * 8192
         (tmp_path / "up").mkdir()
@@ -152,8 +152,8 @@ def test_the_file_api_in_a_runsc_sandbox(stack: Stack, tmp_path: Path) -> None:
 def test_runc_and_runsc_templates_side_by_side(stack: Stack) -> None:
     key = api_key(stack)
     with (
-        Sandbox.create(template="plain", endpoint=stack.endpoint, api_key=key) as plain,
-        Sandbox.create(template="gvisor", endpoint=stack.endpoint, api_key=key) as gvisor,
+        Orchard(stack.endpoint, key).sandboxes.create(template="plain") as plain,
+        Orchard(stack.endpoint, key).sandboxes.create(template="gvisor") as gvisor,
     ):
         assert plain.exec(["uname", "-r"]).stdout.decode().strip() == os.uname().release
         assert gvisor.exec(["uname", "-r"]).stdout.decode().strip() == "4.4.0"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import orchard
-from orchard import Sandbox
+from orchard import Orchard, Sandbox
 from tests.cgroup_paths import sandbox_cgroup
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, Stack, running_stack
 
@@ -34,7 +34,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def _create(stack: Stack, **kwargs: object) -> Sandbox:
     key = (stack.home / "dev-api-key").read_text().strip()
-    return Sandbox.create(endpoint=stack.endpoint, api_key=key, ttl=600, **kwargs)  # type: ignore[arg-type]
+    return Orchard(stack.endpoint, key).sandboxes.create(ttl=600, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
-from orchard.scheduler.backends.base import BackendError, load_backend
+from orchard.scheduler.backends.base import BackendError, check_capabilities
 from orchard.scheduler.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from orchard.scheduler.backends.kubernetes import manifests as m
 from orchard.scheduler.backends.kubernetes.pod_status import pod_state
+from orchard.scheduler.backends.registry import load_backend
+from orchard.scheduler.settings import SchedulerSettings
 
 from . import lifecycle
-from .conftest import NAMESPACE, fake_settings, started_backend
+from .conftest import NAMESPACE, started_backend
 from .fake_apiserver import FakeApiServer, parse_selector, selector_matches
 
 pytestmark = pytest.mark.timeout(60)
@@ -290,13 +293,21 @@ def test_network_policies_are_created_then_replaced(fake_api: FakeApiServer) -> 
     asyncio.run(scenario())
 
 
-def test_load_backend_by_name_makes_a_kubernetes_backend(fake_api: FakeApiServer) -> None:
-    backend = load_backend("kubernetes", fake_settings(fake_api))
+def test_load_backend_by_name_makes_a_kubernetes_backend(
+    fake_api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ORCHARD_K8S_POD_SETTINGS", raising=False)
+    monkeypatch.setenv("ORCHARD_K8S_API_HOST", fake_api.url)
+    backend = load_backend("kubernetes", SchedulerSettings(home=tmp_path, backend="kubernetes"))
     assert isinstance(backend, KubernetesBackend) and backend.name == "kubernetes"
-    assert isinstance(
-        load_backend("kubernetes", KubernetesSettings(api_host=fake_api.url)), KubernetesBackend
-    )
+    assert backend.settings.api_host == fake_api.url
+    check_capabilities(KubernetesBackend(KubernetesSettings(api_host=fake_api.url)))
     assert fake_api.requests == []  # no I/O until start()
+
+
+def test_load_backend_refuses_an_unknown_name(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match=r"unknown backend 'kube' \(known: kubernetes, local\)"):
+        load_backend("kube", SchedulerSettings(home=tmp_path))
 
 
 def test_fake_label_selectors() -> None:

@@ -1,7 +1,7 @@
 """Per-pool pod settings (the chart's pods.json) reach the Kubernetes backend.
 
 The chart renders pods.json (Helm's own engine, offline, as in test_helm_chart)
-and mounts it at ``<home>/pods.json``; the scheduler's ``load_backend`` reads it
+and mounts it at ``<home>/pods.json``; the scheduler's ``registry.load_backend`` reads it
 through ``KubernetesSettings.from_env``. The pods are checked on a FAKE API
 server on loopback (tests/kubernetes/fake_apiserver.py; no cluster runs here),
 driven by the real ``kubernetes`` client.
@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from orchard.scheduler.backends.base import BackendError, load_backend
+from orchard.scheduler.backends.base import BackendError
 from orchard.scheduler.backends.kubernetes import KubernetesBackend, KubernetesSettings
 from orchard.scheduler.backends.kubernetes.pod_settings import (
     PodSettingsError,
     load_pod_settings,
     parse_pod_settings,
 )
+from orchard.scheduler.backends.registry import load_backend
+from orchard.scheduler.settings import SchedulerSettings
 
 from . import lifecycle
 from .conftest import NAMESPACE
@@ -133,7 +134,7 @@ def test_load_backend_refuses_a_bad_pods_json_with_a_clear_error(
     monkeypatch.delenv("ORCHARD_K8S_POD_SETTINGS", raising=False)
     (tmp_path / "pods.json").write_text('{"p": {"network_class": "open"}}')
     with pytest.raises(BackendError, match=r"kubernetes backend: .*network_class 'open'") as err:
-        load_backend("kubernetes", SimpleNamespace(home=tmp_path))
+        load_backend("kubernetes", SchedulerSettings(home=tmp_path))
     assert err.value.client_fault
 
 
@@ -148,7 +149,7 @@ def test_a_pools_spot_and_runtime_class_settings_show_up_in_its_pods(
     monkeypatch.delenv("ORCHARD_K8S_POD_SETTINGS", raising=False)
     monkeypatch.setenv("ORCHARD_K8S_API_HOST", fake_api.url)
     monkeypatch.setenv("ORCHARD_K8S_NAMESPACE", NAMESPACE)
-    backend = load_backend("kubernetes", SimpleNamespace(home=tmp_path))
+    backend = load_backend("kubernetes", SchedulerSettings(home=tmp_path))
     assert isinstance(backend, KubernetesBackend)
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:

@@ -101,8 +101,7 @@ INTERCEPTED = textwrap.dedent(
     from locust.env import Environment
     from loadtest.locust_checks import output_check
     from loadtest.locust_interceptor import LocustInterceptor, operation
-    from orchard import Sandbox
-    from orchard.client._channels import set_sync_interceptors
+    from orchard import Orchard
 
     env = Environment()
     seen = []
@@ -111,8 +110,8 @@ INTERCEPTED = textwrap.dedent(
             [name, response_time, response_length, type(exception).__name__ if exception else None]
         )
     )
-    set_sync_interceptors(LocustInterceptor(env))
-    sandbox = Sandbox.create(network="none")
+    client = Orchard(interceptors=[LocustInterceptor(env)])
+    sandbox = client.sandboxes.create(network="none")
     with operation("exec false", output_check("")):
         sandbox.exec(["false"])
     with operation("exec echo", output_check("hi")):

@@ -19,7 +19,7 @@ import pytest
 from orchard.scheduler.backends.netpolicy.nftables import table_exists
 from orchard.scheduler.backends.netpolicy.settings import NetworkSettings
 
-from orchard import NetworkPolicy, Sandbox
+from orchard import NetworkPolicy, Orchard, Sandbox
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 from .leftovers import network_leftovers
@@ -118,7 +118,7 @@ def stack(internet: FakeInternet, tmp_path_factory: pytest.TempPathFactory) -> I
 
 def create(stack: Stack, network: str | NetworkPolicy | None = None) -> Sandbox:
     key = (stack.home / "dev-api-key").read_text().strip()
-    return Sandbox.create(network=network, ttl=600, endpoint=stack.endpoint, api_key=key)
+    return Orchard(stack.endpoint, key).sandboxes.create(network=network, ttl=600)
 
 
 def address_of(sb: Sandbox) -> str:
@@ -250,9 +250,7 @@ def test_update_errors_are_clear(stack: Stack) -> None:
         assert sb.info().network.mode == "none"
     # DELETING until the background teardown is done, then DELETED.
     with pytest.raises(orchard.SandboxNotReadyError, match=r"DELET(ING|ED)"):
-        Sandbox.connect(sb.id, endpoint=stack.endpoint, api_key=sb.config.api_key).set_network(
-            "internet"
-        )
+        Orchard(stack.endpoint, sb.config.api_key).sandboxes.connect(sb.id).set_network("internet")
 
 
 def test_stack_stop_removes_the_bridge_and_tables(tmp_path: Path, internet: FakeInternet) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from orchard import Sandbox
+from orchard import Orchard
 from orchard.client import OrchardError
 from tests.reliability.load import (
     CallOutcome,
@@ -229,7 +229,7 @@ def _kill_service_round(faults: Faults, service: str, probe_ops: set[str]) -> di
     load.start()
     time.sleep(WARM_S)
     # An SDK client too, with its channels made before the fault: it must resume by itself.
-    sdk_box = Sandbox.connect(load.sandboxes[-1].id, endpoint=load.endpoint, api_key=load.api_key)
+    sdk_box = Orchard(load.endpoint, load.api_key).sandboxes.connect(load.sandboxes[-1].id)
     sdk_call = (lambda: sdk_box.exec("true")) if service == "executor" else sdk_box.info
     sdk_call()
     burst = CreateBurst(load, 8)

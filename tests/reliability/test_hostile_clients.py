@@ -31,7 +31,7 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchard import Sandbox
+from orchard import Orchard, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, pools_pb2, rewards_pb2, sandbox_pb2
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
@@ -119,8 +119,8 @@ def _world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         key = (stack.home / "dev-api-key").read_text().strip()
         made = stack.cli("tenant", "create", "mallory", check=True)
         mallory_key = made.stdout.strip()
-        victim = Sandbox.create(endpoint=stack.endpoint, api_key=key, ttl=900)
-        foreign = Sandbox.create(endpoint=stack.endpoint, api_key=mallory_key, ttl=900)
+        victim = Orchard(stack.endpoint, key).sandboxes.create(ttl=900)
+        foreign = Orchard(stack.endpoint, mallory_key).sandboxes.create(ttl=900)
         foreign.write_file("/tmp/marker", b"mallory's\n")
         gateway = grpc.insecure_channel(stack.endpoint)
         control = sandbox_pb2_grpc_stub(gateway)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from orchard import Sandbox
+from orchard import Orchard, Sandbox
 from tests.cgroup_paths import sandbox_cgroup, sandbox_cgroup_dirs
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
@@ -83,7 +83,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, heavy_lock: None) -> Iterato
 
 def _create(stack: Stack, **kwargs: Any) -> Sandbox:
     key = (stack.home / "dev-api-key").read_text().strip()
-    return Sandbox.create(endpoint=stack.endpoint, api_key=key, ttl=900, **kwargs)
+    return Orchard(stack.endpoint, key).sandboxes.create(ttl=900, **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
-from orchard import OrchardError, Sandbox
+from orchard import Orchard, OrchardError, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc
 from tests.cgroup_paths import sandbox_cgroup
 from tests.stack import REQUIRES_STACK, Stack, running_stack
@@ -44,7 +44,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def _create(stack: Stack, **kwargs: Any) -> Sandbox:
     key = (stack.home / "dev-api-key").read_text().strip()
-    return Sandbox.create(endpoint=stack.endpoint, api_key=key, ttl=600, **kwargs)
+    return Orchard(stack.endpoint, key).sandboxes.create(ttl=600, **kwargs)
 
 
 def _pids_current(sb: Sandbox) -> int:

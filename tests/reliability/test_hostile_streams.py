@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import pytest
 
-from orchard import Sandbox
+from orchard import Orchard, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2, sandbox_pb2_grpc
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
@@ -69,7 +69,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     try:
         with running_stack(tmp_path_factory.mktemp("streams") / "home") as stack:
             key = (stack.home / "dev-api-key").read_text().strip()
-            with Sandbox.create(endpoint=stack.endpoint, api_key=key, ttl=600) as sb:
+            with Orchard(stack.endpoint, key).sandboxes.create(ttl=600) as sb:
                 gateway = grpc.insecure_channel(stack.endpoint)
                 access = sandbox_pb2_grpc.SandboxServiceStub(gateway).GetExecutorAccess(
                     sandbox_pb2.GetSandboxRequest(id=sb.id), metadata=bearer(key), timeout=30

@@ -30,6 +30,12 @@ def ns_link(pid: int | str, ns: str) -> str:
     return os.readlink(f"/proc/{pid}/ns/{ns}")
 
 
+def kernel_at_least(major: int, minor: int) -> bool:
+    """Whether this machine's kernel is ``major.minor`` or newer (from ``uname -r``)."""
+    release = os.uname().release.split("-", 1)[0].split(".")
+    return (int(release[0]), int(release[1])) >= (major, minor)
+
+
 def mounts_under(path: Path) -> list[str]:
     """Mount points at or below ``path`` in this mount namespace."""
     prefix = str(path)

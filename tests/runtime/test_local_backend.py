@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import pytest
-from orchard.scheduler.backends import BackendError, SandboxSpec, load_backend
+from orchard.scheduler.backends import BackendError, SandboxSpec
 from orchard.scheduler.backends.local import cgroups, oci_config, overlay
 from orchard.scheduler.backends.local.backend import LocalBackend
 from orchard.scheduler.backends.local.runc import process_start_time
@@ -317,8 +317,7 @@ def test_a_new_backend_finds_sandboxes_after_a_crash(
     first = run(backend.create(spec("crash-1")))
     stopped = run(backend.create(spec("crash-2")))
     # The scheduler dies (no close, nothing saved); a new one starts.
-    restarted = load_backend("local", settings)
-    assert isinstance(restarted, LocalBackend)
+    restarted = LocalBackend(settings)
     try:
         found = {s.sandbox_id: s for s in run(restarted.list())}
         assert set(found) == {"crash-1", "crash-2"}

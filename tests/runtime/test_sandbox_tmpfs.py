@@ -1,5 +1,7 @@
 """The sandbox's writable layer on its own tmpfs (``scratch.py``), real runc.
 
+The detached tmpfs (Linux 6.13+), asked for by name so the test means the same on
+every kernel (the old-kernel fallback has its own: ``test_scratch_fallback``).
 What must hold: one host mount per sandbox (the overlay; the tmpfs is detached),
 writes stop with ENOSPC at ``sandbox_disk_bytes``, what a sandbox writes is
 charged to its own memory cgroup, the image layers stay untouched, and a
@@ -16,6 +18,7 @@ from typing import Any, TypeAlias
 
 import pytest
 from orchard.scheduler.backends import SandboxSpec
+from orchard.scheduler.backends.local import scratch
 from orchard.scheduler.backends.local.backend import LocalBackend
 from orchard.scheduler.backends.local.settings import LocalSettings
 from orchard.scheduler.backends.netpolicy.policy import NetworkPolicySpec
@@ -23,7 +26,7 @@ from orchard.scheduler.backends.netpolicy.policy import NetworkPolicySpec
 from orchard.common.layout import SandboxMeta
 from tests.cgroup_paths import sandbox_cgroup
 
-from .runtime_helpers import init_exec, mounts_under, nsenter
+from .runtime_helpers import init_exec, kernel_at_least, mounts_under, nsenter
 
 Run: TypeAlias = Callable[[Awaitable[Any]], Any]
 MIB = 1 << 20
@@ -53,7 +56,11 @@ def test_tmpfs_layer_is_capped_charged_to_the_sandbox_and_mounted_nowhere(
     images_dir: Path,
     loop: Any,
 ) -> None:
-    backend = LocalBackend(replace(settings, sandbox_disk_bytes=64 * MIB))
+    if not kernel_at_least(6, 13):
+        pytest.skip("the detached tmpfs needs Linux 6.13+; this kernel gets the fallback")
+    backend = LocalBackend(
+        replace(settings, sandbox_disk_bytes=64 * MIB, scratch_mount=scratch.DETACHED)
+    )
     try:
         made = run(backend.create(spec("tmpfs-1")))
         # Only the overlay is in the host's mount table: the tmpfs is detached.

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
-from orchard.scheduler.backends.base import Backend, BackendError
+from orchard.scheduler.backends.base import UPDATE_ENV, Backend, BackendError, Capability
 from orchard.scheduler.server import RunningScheduler
 from orchard.scheduler.server import start as start_scheduler
 from orchard.scheduler.settings import PoolSettings, SchedulerSettings
@@ -107,6 +107,8 @@ max = 20
 
 class EnvFakeBackend(FakeBackend):
     """The stand-in backend, plus the env update a claim needs (recorded, not applied)."""
+
+    capabilities: frozenset[Capability[Any]] = frozenset({UPDATE_ENV})
 
     def __init__(self, create_delay: float = 0.0) -> None:
         super().__init__(create_delay=create_delay)

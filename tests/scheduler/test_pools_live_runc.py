@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import orchard
-from orchard import Sandbox
 from tests.stack import REQUIRES_STACK, running_stack
 
 from .waiting import wait_for
@@ -21,17 +20,14 @@ def test_claims_through_the_sdk_and_pool_ls(tmp_path: Path) -> None:
     )
     with running_stack(home) as stack:
         key = (home / "dev-api-key").read_text().strip()
-        auth = {"endpoint": stack.endpoint, "api_key": key}
-        wait_for(
-            lambda: orchard.list_pools(**auth)[0].ready == 2, timeout=60, what="2 warm members"
-        )
-        with Sandbox.create(
+        client = orchard.Orchard(stack.endpoint, key)
+        wait_for(lambda: client.pools.list()[0].ready == 2, timeout=60, what="2 warm members")
+        with client.sandboxes.create(
             template="py",
             env={"TASK": "t-1"},
             labels={"batch": "b1"},
             files={"/work/task.txt": b"solve me"},
             ttl=120,
-            **auth,
         ) as sb:
             info = sb.last_info
             assert info.state == "claimed" and info.template == "py"
@@ -41,11 +37,11 @@ def test_claims_through_the_sdk_and_pool_ls(tmp_path: Path) -> None:
             renewed = sb.keepalive(600)
             assert before is not None and renewed.expires_at is not None
             assert renewed.expires_at > before
-        pools = orchard.list_pools(**auth)
+        pools = client.pools.list()
         assert (pools[0].hits, pools[0].misses) == (1, 0)
         # A hint grows the pool to its max; the CLI shows it.
-        orchard.hint("py", 4, within=10, **auth)
-        wait_for(lambda: orchard.list_pools(**auth)[0].ready == 4, timeout=60, what="4 warm")
+        client.pools.hint("py", 4, within=10)
+        wait_for(lambda: client.pools.list()[0].ready == 4, timeout=60, what="4 warm")
         table = stack.cli("pool", "ls", check=True).stdout.splitlines()
         assert table[0].split()[:3] == ["TEMPLATE", "IMAGE", "READY"]
         assert table[1].split()[:3] == ["py", "(default)", "4"]

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from orchard.scheduler.backends.base import BackendError
+from orchard.scheduler.backends.base import CHECK_RUNTIME_CLASS, BackendError, Capability
 from orchard.scheduler.backends.netpolicy.policy import NetworkPolicySpec
 from orchard.scheduler.settings import CreateLimits
 from orchard.scheduler.templates import TemplateConfigError, check_runtime_classes, load_templates
 
 from orchard._proto.orchard.v1 import common_pb2
+from tests.control.fake_backend import FakeBackend
 
 LIMITS = CreateLimits()
 
@@ -83,9 +85,11 @@ def test_network_classes_and_runtime_classes_parse(tmp_path: Path) -> None:
     assert open_.network == NetworkPolicySpec("internet")
 
 
-class _LocalLike:
+class _LocalLike(FakeBackend):
     """Stands in for a backend's check_runtime_class (the local backend's own rule is
     tested in tests/injected against the real backend)."""
+
+    capabilities: frozenset[Capability[Any]] = frozenset({CHECK_RUNTIME_CLASS})
 
     def check_runtime_class(self, runtime_class: str) -> None:
         if runtime_class not in ("", "runc"):
@@ -97,7 +101,7 @@ def test_runtime_classes_are_checked_against_the_backend(tmp_path: Path) -> None
     templates = load_templates(tmp_path, LIMITS)
     with pytest.raises(TemplateConfigError, match="template 'g': runtime class 'gvisor'"):
         check_runtime_classes(templates, _LocalLike())
-    check_runtime_classes(templates, object())  # no check: the cluster decides
+    check_runtime_classes(templates, FakeBackend())  # no check: the cluster decides
 
 
 def test_the_local_backend_runs_runc_and_injected_only_with_a_bundle(tmp_path: Path) -> None:

@@ -12,8 +12,11 @@ EXPECTED = {
     "PathError", "PathEscapeError", "PathNotFoundError", "PermissionDeniedError", "QuotaExceededError",
     "Sandbox", "SandboxError", "SandboxInfo", "SandboxNotFoundError", "SandboxNotReadyError",
     "ServiceUnavailableError", "Session", "SessionError", "SandboxLimitError",
-    "NetworkPolicy", "PoolInfo", "async_hint", "async_list_pools", "hint", "list_pools",
-    "GradeReport", "JudgeVerdict", "ProcessReward", "Rewards",
+    "NetworkPolicy", "PoolInfo", "GradeReport", "JudgeVerdict", "ProcessReward", "Rewards",
+    # The client objects, their resources and the transport seam.
+    "Orchard", "AsyncOrchard", "Sandboxes", "AsyncSandboxes", "Pools", "AsyncPools", "Images",
+    "AsyncImages", "AsyncRewards", "Transport", "AsyncTransport", "GrpcTransport",
+    "AsyncGrpcTransport", "Interceptor", "AsyncInterceptor", "close_default_clients", "TenantInfo",
 }  # fmt: skip
 
 

@@ -1,4 +1,8 @@
-"""Sandbox backends behind one small interface (see ``base``); ``local`` runs real runc containers."""
+"""Sandbox backends behind one contract (``base``), chosen by name in ``registry``.
+
+``local`` runs real runc containers on this machine; ``kubernetes`` runs pods.
+The two never import each other (import-linter checks it).
+"""
 
 from .base import (
     Backend,
@@ -6,7 +10,6 @@ from .base import (
     BackendSandbox,
     ImageInfo,
     SandboxSpec,
-    load_backend,
 )
 
 __all__ = [
@@ -15,5 +18,4 @@ __all__ = [
     "BackendSandbox",
     "ImageInfo",
     "SandboxSpec",
-    "load_backend",
 ]

@@ -1,18 +1,43 @@
-"""The backend interface: the scheduler's only way to make and remove sandboxes.
+"""The backend contract: everything a backend must and may implement, in this one module.
 
 A backend owns sandbox *lifecycle* on a node (create, delete, list, inspect,
 images) and nothing else: exec and files go through the node executor and the
 sandbox's init socket, never through the backend. Backends are chosen by name
-(``local`` now, ``kubernetes`` later) with :func:`load_backend`, so nothing
-above the scheduler knows which one runs.
+in ``registry`` (``local``, ``kubernetes``), so nothing above the scheduler
+knows which one runs; each is built from its own settings dataclass.
+
+Required: :class:`Backend` (``name``, ``capabilities``, the five operations).
+Optional: one Protocol per capability below, and a backend says which it has
+by listing them in ``capabilities``::
+
+    POOL_STATE          create_pool_member, create_owned, claim_member (Kubernetes)
+    UPDATE_ENV          update_env: a warm member takes the claimer's env (local)
+    UPDATE_NETWORK      update_network: a running sandbox's policy changes (both)
+    REPORT_FAILURES     failure: sandboxes that died behind the scheduler's back (both)
+    CHECK_RUNTIME_CLASS check_runtime_class: refuse a template's class at start (local)
+    CLOSE               close: the backend's own shutdown (both)
+
+Why a declaration and not ``isinstance`` on runtime-checkable Protocols (what
+the scheduler did before): ``isinstance`` against a Protocol only checks that
+attribute *names* exist, so any backend that happened to have a ``failure`` or
+``close`` attribute was silently treated as implementing the capability, and
+the probes were spread over the lifecycle, the service and the server. Here a
+backend's capabilities are one line anyone can read, callers ask
+:func:`supports` (which returns the backend typed as the capability's
+Protocol, or None), and :func:`check_capabilities` refuses at start a
+declaration that names a method the backend lacks. The Protocols stay the
+typed description of each method, as mini-swe-agent keeps its in one short
+file.
+
+The module keeps its historic name ``base`` so the many ``from ..base import
+BackendError`` of both backends did not move.
 """
 
 from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from orchard.common.layout import SANDBOX_ID_RE
 
@@ -103,11 +128,13 @@ class BackendError(Exception):
         return cls(reason, message, client_fault=True)
 
 
-@runtime_checkable
 class Backend(Protocol):
-    """Sandbox lifecycle on one node (or one cluster)."""
+    """Sandbox lifecycle on one node (or one cluster): what every backend implements."""
 
     name: str
+    """The name the registry knows it by (logs and error messages say it)."""
+    capabilities: frozenset[Capability[Any]]
+    """The optional capabilities below that this backend implements."""
 
     async def create(self, spec: SandboxSpec) -> BackendSandbox:
         """Create and start a sandbox; returns when its init accepts on its socket."""
@@ -144,45 +171,116 @@ def check_sandbox_id(sandbox_id: str) -> None:
         raise BackendError.invalid(f"invalid sandbox id {sandbox_id!r}")
 
 
-def load_backend(name: str, settings: object = None) -> Backend:
-    """The backend called ``name``, configured from ``settings``.
+# ---- optional capabilities ----------------------------------------------------------
 
-    ``settings`` may be the backend's own settings object (e.g.
-    ``LocalSettings``) or any object with a ``home`` attribute (and optionally
-    ``images_dir``), such as the scheduler's settings.
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Capability(Generic[P]):
+    """An optional part of the contract; ``P`` is the Protocol a backend that declares it
+    satisfies, ``methods`` what :func:`check_capabilities` looks for."""
+
+    name: str
+    methods: tuple[str, ...]
+
+
+class PoolState(Protocol):
+    """A backend that keeps pool state itself (Kubernetes: the pods' labels and deadlines).
+
+    Members are made with ``create_pool_member`` (free, with a long deadline),
+    sandboxes owned from the start with ``create_owned`` (owner and TTL on the
+    object, so the backstop holds without the scheduler), and a claim the store
+    granted is confirmed on the object with ``claim_member`` (optimistic
+    concurrency there: a conflict is a failed claim, never a shared sandbox).
     """
-    if name == "local":
-        from .local.backend import LocalBackend
-        from .local.settings import LocalSettings
 
-        if isinstance(settings, LocalSettings):
-            return LocalBackend(settings)
-        if settings is None:
-            return LocalBackend(LocalSettings.from_env())
-        home = getattr(settings, "home", None)
-        if home is None:
-            raise BackendError.invalid("local backend settings need a home folder")
-        images_dir = getattr(settings, "images_dir", None)
-        init_binary = getattr(settings, "init_binary", None)
-        bundle = getattr(settings, "executor_bundle", None)
-        return LocalBackend(
-            LocalSettings(
-                home=Path(home),
-                images_dir=Path(images_dir) if images_dir is not None else None,
-                init_binary=Path(init_binary) if init_binary is not None else None,
-                executor_bundle=Path(bundle) if bundle is not None else None,
+    async def create_pool_member(self, spec: SandboxSpec, template: str) -> BackendSandbox: ...
+
+    async def create_owned(
+        self, spec: SandboxSpec, *, tenant: str, ttl_seconds: int, template: str
+    ) -> BackendSandbox: ...
+
+    async def claim_member(
+        self, sandbox_id: str, *, tenant: str, ttl_seconds: int, labels: dict[str, str]
+    ) -> None: ...
+
+
+class EnvUpdating(Protocol):
+    """A backend that can change a running sandbox's command environment.
+
+    Claims need it to apply the claimer's env to a warm member (the local
+    backend rewrites the sandbox.json the executor reads). Without it, a claim
+    that brings env is served cold.
+    """
+
+    async def update_env(self, sandbox_id: str, env: dict[str, str]) -> None: ...
+
+
+class NetworkUpdating(Protocol):
+    """A backend that can change a running sandbox's network policy."""
+
+    async def update_network(self, sandbox_id: str, policy: NetworkPolicySpec) -> None: ...
+
+
+class SandboxFailure(Protocol):
+    """Why a running sandbox failed, as a backend reports it (``BackendError`` is one)."""
+
+    @property
+    def reason(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def client_fault(self) -> bool: ...
+
+
+class FailureReporting(Protocol):
+    """A backend whose sandboxes can fail behind the scheduler's back (init died, eviction)."""
+
+    async def failure(self, sandbox_id: str) -> SandboxFailure | None: ...
+
+
+class RuntimeClassChecking(Protocol):
+    """A backend that knows every runtime class it runs, so a template naming another
+    stops the scheduler's start (Kubernetes takes any RuntimeClass the cluster has)."""
+
+    def check_runtime_class(self, runtime_class: str) -> None:
+        """Raise ``BackendError`` (client fault) for a class this backend cannot run."""
+        ...
+
+
+class Closing(Protocol):
+    """A backend with its own shutdown (the scheduler calls it once, on stop)."""
+
+    async def close(self) -> None: ...
+
+
+POOL_STATE: Capability[PoolState] = Capability(
+    "pool_state", ("create_pool_member", "create_owned", "claim_member")
+)
+UPDATE_ENV: Capability[EnvUpdating] = Capability("update_env", ("update_env",))
+UPDATE_NETWORK: Capability[NetworkUpdating] = Capability("update_network", ("update_network",))
+REPORT_FAILURES: Capability[FailureReporting] = Capability("report_failures", ("failure",))
+CHECK_RUNTIME_CLASS: Capability[RuntimeClassChecking] = Capability(
+    "check_runtime_class", ("check_runtime_class",)
+)
+CLOSE: Capability[Closing] = Capability("close", ("close",))
+
+
+def supports(backend: Backend, capability: Capability[P]) -> P | None:
+    """``backend`` typed as ``capability``'s Protocol when it declares it, else None."""
+    if capability in backend.capabilities:
+        return cast(P, backend)
+    return None
+
+
+def check_capabilities(backend: Backend) -> None:
+    """Refuse (TypeError: a programming error, at start) a backend whose declaration names
+    a capability without its methods."""
+    for capability in backend.capabilities:
+        missing = [m for m in capability.methods if not callable(getattr(backend, m, None))]
+        if missing:
+            raise TypeError(
+                f"the {backend.name} backend declares {capability.name} but has no "
+                f"{', '.join(missing)}"
             )
-        )
-    if name == "kubernetes":
-        from .kubernetes import KubernetesBackend, KubernetesSettings
-        from .kubernetes.pod_settings import PodSettingsError
-
-        if isinstance(settings, KubernetesSettings):
-            return KubernetesBackend(settings)
-        home = getattr(settings, "home", None)
-        try:
-            k8s = KubernetesSettings.from_env(Path(home) if home is not None else None)
-        except PodSettingsError as err:
-            raise BackendError.invalid(f"kubernetes backend: {err}") from err
-        return KubernetesBackend(k8s)
-    raise BackendError.invalid(f"unknown backend {name!r}", reason="UNSUPPORTED")

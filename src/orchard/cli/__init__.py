@@ -1,6 +1,7 @@
 """The ``orchard`` command line.
 
-    orchard up [--home H] [--port 50051]          run the embedded default stack
+    orchard --version                              print the installed version
+    orchard up [--home H] [--port 50051]          run the embedded default stack (needs [server,rewards])
     orchard create [--image I] [--cpu C] ...       print the new sandbox's id
     orchard exec ID [--timeout S] -- CMD ARGS...   stream output, exit with its code
     orchard cp SRC DST                             ID:/path on either side
@@ -8,6 +9,7 @@
     orchard image ls | import SOURCE --name N | build-default
     orchard reward grade INSTANCE.json PATCH | reward rank TASK CANDIDATES.jsonl
     orchard tenant create|ls|revoke|rotate-key|quota   tenants, API keys, quotas (node admin)
+    orchard token-key ls | rotate [--drop KID]     data-plane token keys (node admin)
     orchard pool ls | hint TEMPLATE N [--within S]  warm pools of templates
     orchard net set ID MODE [--cidr C] [--port P] [--domain D] | net show ID
 
@@ -23,9 +25,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from orchard import __version__
 from orchard.client import OrchardError
 
-from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _up
+from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _token_keys, _up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="orchard", description="Orchard Env: sandboxes for AI agents.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"orchard {__version__}")
     parser.add_argument(
         "--endpoint", help="gateway address (default $ORCHARD_ENDPOINT or the local stack's)"
     )
@@ -48,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sandboxes.register(commands)
     _images.register(commands)
     _tenants.register(commands)
+    _token_keys.register(commands)
     _pools.register(commands)
     _network.register(commands)
     _rewards.register(commands)
@@ -69,8 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(parser, argv)
-    if args.data_plane:
-        os.environ["ORCHARD_DATA_PLANE"] = args.data_plane  # read by ClientConfig.resolve
     try:
         code: int = args.run(args)
     except BrokenPipeError:

@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchard.client import InvalidRequestError, OrchardError, Sandbox
+from orchard.client import InvalidRequestError, OrchardError
 from orchard.common.layout import orchard_home
 
+from ._connect import client
 from ._sandboxes import print_table
 
 
@@ -45,7 +46,7 @@ def images_dir(explicit: Path | None) -> Path:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    images = Sandbox.images(args.endpoint, args.api_key)
+    images = client(args).images.list()
     rows = [
         [i.name, "yes" if i.is_default else "", str(i.layers), f"{i.size_bytes / 1e6:.0f} MB"]
         for i in images

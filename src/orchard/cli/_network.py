@@ -9,6 +9,8 @@ from typing import Any
 
 from orchard.client import Sandbox, SandboxInfo
 
+from ._connect import client
+
 
 def register(commands: Any) -> None:
     net = commands.add_parser("net", help="show or change a sandbox's network policy")
@@ -32,7 +34,7 @@ def register(commands: Any) -> None:
 
 
 def _sandbox(args: argparse.Namespace) -> Sandbox:
-    return Sandbox.connect(args.id, endpoint=args.endpoint, api_key=args.api_key)
+    return client(args).sandboxes.connect(args.id)
 
 
 def _print(info: SandboxInfo) -> None:

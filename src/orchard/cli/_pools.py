@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchard.client import PoolInfo, hint, list_pools
+from orchard.client import PoolInfo
 
+from ._connect import client
 from ._sandboxes import print_table
 
 
@@ -44,11 +45,11 @@ def _row(p: PoolInfo) -> list[str]:
 
 
 def cmd_pool_ls(args: argparse.Namespace) -> int:
-    print_table(HEADER, [_row(p) for p in list_pools(args.endpoint, args.api_key)])
+    print_table(HEADER, [_row(p) for p in client(args).pools.list()])
     return 0
 
 
 def cmd_pool_hint(args: argparse.Namespace) -> int:
-    pool = hint(args.template, args.count, args.within, args.endpoint, args.api_key)
+    pool = client(args).pools.hint(args.template, args.count, args.within)
     print_table(HEADER, [_row(pool)])
     return 0

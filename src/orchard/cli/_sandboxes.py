@@ -21,6 +21,8 @@ from orchard.client import (
     SandboxInfo,
 )
 
+from ._connect import client
+
 # ``ID:/path`` names a path in a sandbox; anything else is local.
 REMOTE_RE = re.compile(r"^([a-z0-9][a-z0-9-]{2,62}):(.*)$")
 
@@ -94,7 +96,7 @@ def pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    sb = Sandbox.create(
+    sb = client(args).sandboxes.create(
         image=args.image,
         cpu=args.cpu,
         memory=args.memory,
@@ -102,8 +104,6 @@ def cmd_create(args: argparse.Namespace) -> int:
         ttl=args.ttl,
         labels=pairs(args.label, "--label"),
         env=pairs(args.env, "--env"),
-        endpoint=args.endpoint,
-        api_key=args.api_key,
     )
     print(sb.id)
     return 0
@@ -127,7 +127,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if not cmd:
         raise InvalidRequestError("exec: no command given (orchard exec ID -- CMD ARGS...)")
-    sb = Sandbox.connect(args.id, args.endpoint, args.api_key)
+    sb = client(args).sandboxes.connect(args.id)
     status: ExecStatus | None = None
     out, err = sys.stdout.buffer, sys.stderr.buffer
     events = sb.exec_stream(
@@ -168,7 +168,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
     dst_id, dst = _split(args.dst)
     if (src_id is None) == (dst_id is None):
         raise InvalidRequestError("cp: exactly one of SRC and DST must be ID:/path")
-    sb = Sandbox.connect(src_id or dst_id or "", args.endpoint, args.api_key)
+    sb = client(args).sandboxes.connect(src_id or dst_id or "")
     if dst_id is not None:
         local = Path(src)
         if local.is_dir():
@@ -225,7 +225,7 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    infos = Sandbox.list(pairs(args.label, "--label"), args.endpoint, args.api_key)
+    infos = client(args).sandboxes.list(pairs(args.label, "--label"))
     if args.quiet:
         for info in infos:
             print(info.id)
@@ -236,7 +236,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_kill_all(args: argparse.Namespace) -> int:
-    sb = Sandbox.connect(args.id, args.endpoint, args.api_key)
+    sb = client(args).sandboxes.connect(args.id)
     print(sb.kill_all(args.signal))
     return 0
 
@@ -245,7 +245,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     failed = 0
     for sandbox_id in args.ids:
         try:
-            Sandbox.delete_by_id(sandbox_id, args.endpoint, args.api_key)
+            client(args).sandboxes.delete(sandbox_id)
         except OrchardError as exc:
             print(f"orchard: {sandbox_id}: {exc.message}", file=sys.stderr)
             failed += 1

@@ -18,6 +18,7 @@ The children's logs go to ``<home>/logs/<service>.log``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import select
 import signal
@@ -34,6 +35,7 @@ from orchard.common.layout import NodeLayout, orchard_home
 from orchard.executor.initbin import ensure_init_binary
 from orchard.gateway.proxy_nginx import NginxMissingError, nginx_binary
 
+from . import _extras
 from ._supervision import RestartPolicy
 
 READY_TIMEOUT_SECONDS = 60.0
@@ -237,7 +239,21 @@ def _session_priority(pid: int) -> None:
         print(f"orchard up: warning: session priority of pid {pid}: {err}", file=sys.stderr)
 
 
+def writable_layer(run_dir: Path) -> str:
+    """What the scheduler's local backend chose for sandboxes' writable layer, in one line
+    (``scratch.choose`` decides by kernel and writes it at start)."""
+    from orchard.scheduler.backends.local.scratch import WRITABLE_LAYER_FILE
+
+    try:
+        return str(json.loads((run_dir / WRITABLE_LAYER_FILE).read_text())["summary"])
+    except (OSError, ValueError, KeyError) as err:
+        return f"unknown (run/{WRITABLE_LAYER_FILE}: {err})"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    _extras.require("orchard up", ("server", "rewards"))
+    from orchard.scheduler.backends.local.scratch import WRITABLE_LAYER_FILE
+
     home: Path = (args.home or orchard_home()).resolve()
     layout = NodeLayout(home)
     layout.run.mkdir(parents=True, exist_ok=True)
@@ -248,6 +264,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "gateway-http.addr",
         "rewards.addr",
         "data-plane.addr",
+        WRITABLE_LAYER_FILE,
     ):
         (layout.run / stale).unlink(missing_ok=True)
     env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
@@ -338,6 +355,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if data_plane:
             print(f"Data-plane proxy (nginx): {data_plane}  (run/data-plane.addr)", flush=True)
         print(f"Metrics: {layout.run}/<service>.metrics.addr (Prometheus /metrics)", flush=True)
+        print(f"Sandbox writable layer: {writable_layer(layout.run)}", flush=True)
         print(
             f"Logs: {home / 'logs'}  (Ctrl-C stops the stack and deletes its sandboxes)", flush=True
         )

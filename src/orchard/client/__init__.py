@@ -1,12 +1,24 @@
 """The Orchard SDK: typed sync and async clients over the gRPC stubs.
 
-``Sandbox`` (sync) and ``AsyncSandbox`` (asyncio) share one core: request
-building, response parsing and error mapping are the same functions; the two
-faces differ only in how they call. See ``_errors`` for the exception tree.
+The front door is a client object, :class:`Orchard` (sync) or
+:class:`AsyncOrchard` (asyncio): it owns the configuration, the credentials and
+the transport (channels, interceptors, TLS), and reaches sandboxes
+(``client.sandboxes``), warm pools (``client.pools``), images
+(``client.images``) and the rewards service (``client.rewards``).
+``Sandbox.create(...)`` and the other classmethods are thin wrappers over a
+default client built from the environment.
+
+The two faces share one core: request building, response parsing and error
+mapping are the same functions; they differ only in how they call. The
+transport seam (:class:`Transport` / :class:`AsyncTransport`) is where the
+wire is swapped, e.g. for ``orchard.testing``'s in-process fake. See
+``_errors`` for the exception tree.
 """
 
 from ._async import AsyncSandbox, AsyncSession
+from ._async_client import AsyncImages, AsyncOrchard, AsyncPools, AsyncSandboxes
 from ._config import ClientConfig
+from ._default import close_default_clients
 from ._errors import (
     AuthenticationError,
     CommandStartError,
@@ -28,16 +40,41 @@ from ._errors import (
     ServiceUnavailableError,
     SessionError,
 )
-from ._models import ExecEvent, ExecResult, ExecStatus, ImageInfo, OutputChunk, SandboxInfo
+from ._models import (
+    ExecEvent,
+    ExecResult,
+    ExecStatus,
+    ImageInfo,
+    OutputChunk,
+    SandboxInfo,
+    TenantInfo,
+)
 from ._network import NetworkPolicy
-from ._pools import PoolInfo, async_hint, async_list_pools, hint, list_pools
-from ._rewards import GradeReport, JudgeVerdict, ProcessReward, Rewards
+from ._pools import PoolInfo
+from ._rewards import AsyncRewards, GradeReport, JudgeVerdict, ProcessReward, Rewards
 from ._sync import Sandbox, Session
+from ._sync_client import Images, Orchard, Pools, Sandboxes
 from ._tar import DownloadResult
+from ._transport import (
+    AsyncGrpcTransport,
+    AsyncInterceptor,
+    AsyncTransport,
+    GrpcTransport,
+    Interceptor,
+    Transport,
+)
 
 __all__ = [
+    "AsyncGrpcTransport",
+    "AsyncImages",
+    "AsyncInterceptor",
+    "AsyncOrchard",
+    "AsyncPools",
+    "AsyncRewards",
     "AsyncSandbox",
+    "AsyncSandboxes",
     "AsyncSession",
+    "AsyncTransport",
     "AuthenticationError",
     "ClientConfig",
     "CommandStartError",
@@ -48,12 +85,16 @@ __all__ = [
     "ExecResult",
     "ExecStatus",
     "GradeReport",
+    "GrpcTransport",
     "ImageInfo",
     "ImageNotFoundError",
+    "Images",
     "InfrastructureError",
+    "Interceptor",
     "InvalidRequestError",
     "JudgeVerdict",
     "NetworkPolicy",
+    "Orchard",
     "OrchardError",
     "OutputChunk",
     "PathError",
@@ -61,6 +102,7 @@ __all__ = [
     "PathNotFoundError",
     "PermissionDeniedError",
     "PoolInfo",
+    "Pools",
     "ProcessReward",
     "QuotaExceededError",
     "Rewards",
@@ -70,11 +112,11 @@ __all__ = [
     "SandboxLimitError",
     "SandboxNotFoundError",
     "SandboxNotReadyError",
+    "Sandboxes",
     "ServiceUnavailableError",
     "Session",
     "SessionError",
-    "async_hint",
-    "async_list_pools",
-    "hint",
-    "list_pools",
+    "TenantInfo",
+    "Transport",
+    "close_default_clients",
 ]

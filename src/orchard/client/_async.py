@@ -15,23 +15,20 @@ import queue
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, Self, TypeVar
 
-from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
+from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc
 
 from . import _requests, _tar, _values
-from ._channels import async_stub
-from ._config import ClientConfig
 from ._core import (
     ExecutorAccess,
     SandboxCore,
-    api_metadata,
     call_deadline,
     session_ref,
     session_run_request,
     translate_errors,
 )
-from ._errors import QuotaExceededError, SandboxNotFoundError
+from ._errors import SandboxNotFoundError
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -39,25 +36,24 @@ from ._models import (
     SandboxInfo,
     exec_event,
     exec_result,
-    image_info,
-    sandbox_info,
 )
 from ._network import NetworkPolicy
-from ._quota_wait import QuotaWait
+
+if TYPE_CHECKING:
+    from ._async_client import AsyncOrchard
 
 _END = object()
 R = TypeVar("R")
 
 
-def _control(config: ClientConfig) -> sandbox_pb2_grpc.SandboxServiceAsyncStub:
-    return async_stub(config.endpoint, sandbox_pb2_grpc.SandboxServiceStub)  # type: ignore[return-value]
-
-
 class AsyncSandbox(SandboxCore):
-    """A sandbox, driven from asyncio. Make one with ``await AsyncSandbox.create(...)``.
+    """A sandbox, driven from asyncio. Make one with ``await client.sandboxes.create(...)``
+    (or ``await AsyncSandbox.create(...)``, which uses the default client).
 
     Used as an async context manager, it is deleted on exit.
     """
+
+    client: AsyncOrchard
 
     @classmethod
     async def create(
@@ -75,48 +71,25 @@ class AsyncSandbox(SandboxCore):
         pids: int | None = None,
         timeout: float | None = 120.0,  # noqa: ASYNC109 (the call's deadline)
         template: str | None = None,
-        files: Mapping[str, bytes | str] | None = None,
+        files: Mapping[str, _requests.FileData] | None = None,
         wait_for_quota: float = 0.0,
     ) -> AsyncSandbox:
         """See :meth:`Sandbox.create` (same arguments and units)."""
-        config = ClientConfig.resolve(endpoint, api_key)
-        request = _requests.create_request(
-            image, cpu, memory, network, ttl, labels, env, request_id, pids, template
-        )
-        quota_wait = QuotaWait(wait_for_quota)
-        while True:
-            try:
-                with translate_errors():
-                    msg = await _control(config).CreateSandbox(
-                        request, metadata=api_metadata(config), timeout=timeout
-                    )
-                break
-            except QuotaExceededError as exc:
-                delay = quota_wait.next_delay(exc)
-                if delay is None:
-                    raise
-                await asyncio.sleep(delay)
-        sandbox = cls(msg, config)
-        if files:
-            try:
-                for path, data in files.items():
-                    await sandbox.write_file(path, data)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await sandbox.delete()
-                raise
-        return sandbox
+        from ._default import default_async_client
+
+        return await default_async_client(endpoint, api_key).sandboxes.create(
+            image, cpu, memory, network, ttl, labels, env, request_id, pids, timeout, template,
+            files, wait_for_quota,
+        )  # fmt: skip
 
     @classmethod
     async def connect(
         cls, sandbox_id: str, endpoint: str | None = None, api_key: str | None = None
     ) -> AsyncSandbox:
-        config = ClientConfig.resolve(endpoint, api_key)
-        with translate_errors():
-            msg = await _control(config).GetSandbox(
-                sandbox_pb2.GetSandboxRequest(id=sandbox_id), metadata=api_metadata(config)
-            )
-        return cls(msg, config)
+        """See :meth:`Sandbox.connect`."""
+        from ._default import default_async_client
+
+        return await default_async_client(endpoint, api_key).sandboxes.connect(sandbox_id)
 
     @staticmethod
     async def list(
@@ -124,39 +97,33 @@ class AsyncSandbox(SandboxCore):
         endpoint: str | None = None,
         api_key: str | None = None,
     ) -> builtins.list[SandboxInfo]:
-        config = ClientConfig.resolve(endpoint, api_key)
-        with translate_errors():
-            resp = await _control(config).ListSandboxes(
-                sandbox_pb2.ListSandboxesRequest(labels=dict(labels or {})),
-                metadata=api_metadata(config),
-            )
-        return [sandbox_info(s) for s in resp.sandboxes]
+        """See :meth:`Sandbox.list`."""
+        from ._default import default_async_client
+
+        return await default_async_client(endpoint, api_key).sandboxes.list(labels)
 
     @staticmethod
     async def images(
         endpoint: str | None = None, api_key: str | None = None
     ) -> builtins.list[ImageInfo]:
-        config = ClientConfig.resolve(endpoint, api_key)
-        with translate_errors():
-            resp = await _control(config).ListImages(
-                sandbox_pb2.ListImagesRequest(), metadata=api_metadata(config)
-            )
-        return [image_info(i) for i in resp.images]
+        """See :meth:`Sandbox.images`."""
+        from ._default import default_async_client
+
+        return await default_async_client(endpoint, api_key).images.list()
 
     @staticmethod
     async def delete_by_id(
         sandbox_id: str, endpoint: str | None = None, api_key: str | None = None
     ) -> None:
-        config = ClientConfig.resolve(endpoint, api_key)
-        with translate_errors():
-            await _control(config).DeleteSandbox(
-                sandbox_pb2.DeleteSandboxRequest(id=sandbox_id), metadata=api_metadata(config)
-            )
+        """See :meth:`Sandbox.delete_by_id`."""
+        from ._default import default_async_client
+
+        await default_async_client(endpoint, api_key).sandboxes.delete(sandbox_id)
 
     async def info(self) -> SandboxInfo:
         with translate_errors():
-            msg = await _control(self.config).GetSandbox(
-                self._get_request(), metadata=api_metadata(self.config)
+            msg = await self.client._control().GetSandbox(
+                self._get_request(), metadata=self.client.api_metadata
             )
         self._remember(msg)
         return self._info
@@ -172,8 +139,8 @@ class AsyncSandbox(SandboxCore):
         """See :meth:`Sandbox.set_network`."""
         request = _requests.network_update_request(self.id, network, cidrs, ports, domains)
         with translate_errors():
-            msg = await _control(self.config).UpdateNetworkPolicy(
-                request, metadata=api_metadata(self.config)
+            msg = await self.client._control().UpdateNetworkPolicy(
+                request, metadata=self.client.api_metadata
             )
         self._remember(msg)
         return self._info
@@ -181,14 +148,14 @@ class AsyncSandbox(SandboxCore):
     async def keepalive(self, ttl: _values.Ttl | None = None) -> SandboxInfo:
         """See :meth:`Sandbox.keepalive`."""
         with translate_errors():
-            msg = await _control(self.config).KeepAlive(
-                _requests.keepalive_request(self.id, ttl), metadata=api_metadata(self.config)
+            msg = await self.client._control().KeepAlive(
+                _requests.keepalive_request(self.id, ttl), metadata=self.client.api_metadata
             )
         self._remember(msg)
         return self._info
 
     async def delete(self) -> None:
-        await self.delete_by_id(self.id, self.config.endpoint, self.config.api_key)
+        await self.client.sandboxes.delete(self.id)
         self._deleted = True
 
     async def __aenter__(self) -> Self:
@@ -207,12 +174,11 @@ class AsyncSandbox(SandboxCore):
         access = self._usable_access()
         if access is None:
             with translate_errors():
-                msg = await _control(self.config).GetExecutorAccess(
-                    self._get_request(), metadata=api_metadata(self.config)
+                msg = await self.client._control().GetExecutorAccess(
+                    self._get_request(), metadata=self.client.api_metadata
                 )
             access = self._set_access(msg)
-        stub = async_stub(self._data_plane_address(access), executor_pb2_grpc.ExecutorServiceStub)
-        return stub, access  # type: ignore[return-value]
+        return self.client._executor(self.client.data_plane_address(access)), access
 
     async def exec(
         self,
@@ -241,7 +207,7 @@ class AsyncSandbox(SandboxCore):
         timeout: float | None = None,  # noqa: ASYNC109 (the command's own timeout)
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: AsyncIterable[bytes] | Iterable[bytes] | bytes | str | None = None,
+        stdin: AsyncIterable[bytes | str] | Iterable[bytes | str] | bytes | str | None = None,
         user: str | None = None,
         max_output_bytes: int | None = None,
     ) -> AsyncIterator[ExecEvent]:
@@ -282,8 +248,7 @@ class AsyncSandbox(SandboxCore):
         stub, access = await self._executor()
         with translate_errors():
             resp = await stub.KillAll(
-                executor_pb2.KillAllRequest(sandbox_id=self.id, signal=signal),
-                metadata=access.metadata,
+                _requests.kill_all_request(self.id, signal), metadata=access.metadata
             )
         return resp.killed
 
@@ -388,20 +353,19 @@ async def _in_thread_requests(requests: Iterator[R]) -> AsyncIterator[R]:
 
 async def _exec_requests(
     start: executor_pb2.ExecStart,
-    stdin: AsyncIterable[bytes] | Iterable[bytes] | bytes | str | None,
+    stdin: AsyncIterable[bytes | str] | Iterable[bytes | str] | bytes | str | None,
 ) -> AsyncIterator[executor_pb2.ExecRequest]:
-    yield executor_pb2.ExecRequest(start=start)
-    if stdin is None:
+    """The bidi Exec request stream, as :func:`_requests.exec_requests` builds it, but fed
+    from an async iterable too."""
+    if not isinstance(stdin, AsyncIterable):
+        for request in _requests.exec_requests(start, _requests.stdin_chunks(stdin)):
+            yield request
         return
-    if isinstance(stdin, (bytes, str)):
-        stdin = [_requests.as_bytes(stdin)]
-    if isinstance(stdin, AsyncIterable):
-        async for chunk in stdin:
-            yield executor_pb2.ExecRequest(stdin=_requests.as_bytes(chunk))
-    else:
-        for chunk in stdin:
-            yield executor_pb2.ExecRequest(stdin=_requests.as_bytes(chunk))
-    yield executor_pb2.ExecRequest(close_stdin=True)
+    yield executor_pb2.ExecRequest(start=start)
+    async for chunk in stdin:
+        for request in _requests.stdin_requests(chunk):
+            yield request
+    yield _requests.CLOSE_STDIN
 
 
 class AsyncSession:

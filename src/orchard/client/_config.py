@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ._errors import ConfigurationError
 
@@ -36,6 +37,10 @@ class ClientConfig:
     """``direct``: data-plane calls go to the node executor; ``proxy``: through the gateway."""
     data_plane_endpoint: str | None = None
     """host:port proxy-mode data-plane calls go to (an nginx proxy); None: the gateway endpoint."""
+    tls: Any = None
+    """TLS settings (``orchard.TLS``) or None for plaintext channels."""
+    home: Path = field(default=DEFAULT_HOME, compare=False)
+    """The node home the files above came from (the rewards endpoint is looked up there too)."""
 
     @property
     def proxied(self) -> bool:
@@ -48,18 +53,22 @@ class ClientConfig:
         api_key: str | None = None,
         environ: Mapping[str, str] | None = None,
         data_plane: str | None = None,
+        tls: Any = None,
+        required: bool = True,
     ) -> ClientConfig:
+        """``required=False`` (a client given its own transport, e.g. ``orchard.testing``'s
+        fake) leaves a missing endpoint or key empty instead of raising."""
         env = os.environ if environ is None else environ
         home = Path(env.get("ORCHARD_HOME") or DEFAULT_HOME)
         from_home = not (endpoint or env.get("ORCHARD_ENDPOINT"))
         endpoint = endpoint or env.get("ORCHARD_ENDPOINT") or _read(home / "run" / "gateway.addr")
-        if not endpoint:
+        if not endpoint and required:
             raise ConfigurationError(
                 "no Orchard endpoint: pass endpoint=..., set ORCHARD_ENDPOINT, "
                 f"or start the embedded default with `orchard up` (it writes {home / 'run' / 'gateway.addr'})"
             )
         api_key = api_key or env.get("ORCHARD_API_KEY") or _read(home / "dev-api-key")
-        if not api_key:
+        if not api_key and required:
             raise ConfigurationError(
                 f"no API key: pass api_key=..., set ORCHARD_API_KEY, or make {home / 'dev-api-key'} readable"
             )
@@ -77,7 +86,24 @@ class ClientConfig:
             api_key=api_key,
             data_plane=data_plane,
             data_plane_endpoint=data_plane_endpoint or None,
+            tls=tls,
+            home=home,
         )
+
+    def rewards_endpoint(self, explicit: str | None = None) -> str:
+        """host:port of the rewards service: ``explicit``, else ``ORCHARD_REWARDS_ENDPOINT``,
+        else the home's ``run/rewards.addr`` (``orchard up`` writes it)."""
+        endpoint = explicit or os.environ.get("ORCHARD_REWARDS_ENDPOINT")
+        if endpoint:
+            return endpoint
+        path = self.home / "run" / "rewards.addr"
+        endpoint = _read(path)
+        if not endpoint:
+            raise ConfigurationError(
+                "no rewards endpoint: pass rewards_endpoint=..., set ORCHARD_REWARDS_ENDPOINT, "
+                f"or run `orchard up` (it writes {path})"
+            )
+        return endpoint
 
 
 def _read(path: Path) -> str:

@@ -1,17 +1,19 @@
 """What the sync and async faces share: state, metadata, token freshness, error edge.
 
-``SandboxCore`` holds a sandbox's id, its client config and its executor
-access, and builds every request; ``Sandbox`` and ``AsyncSandbox`` add only
-the I/O (a sync or a grpc.aio call) on top. ``translate_errors`` is the single
-edge where ``grpc.RpcError`` becomes an :class:`OrchardError`.
+``ClientCore`` is what ``Orchard`` and ``AsyncOrchard`` share (config, the API
+key's metadata, where data-plane calls go); ``SandboxCore`` holds a sandbox's
+id, its client and its executor access, and builds every request. The faces
+add only the I/O (a sync or a grpc.aio call) on top. ``translate_errors`` is
+the single edge where ``grpc.RpcError`` becomes an :class:`OrchardError`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -19,7 +21,7 @@ from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
 
 from . import _requests
 from ._config import ClientConfig
-from ._errors import SandboxNotReadyError, from_rpc_error
+from ._errors import ConfigurationError, SandboxNotReadyError, from_rpc_error
 from ._models import SandboxInfo, sandbox_info
 
 Metadata = tuple[tuple[str, str], ...]
@@ -71,15 +73,65 @@ def call_deadline(timeout: float | None) -> float | None:
     return None if timeout is None else timeout + DEADLINE_GRACE_SECONDS
 
 
-class SandboxCore:
-    """A sandbox handle without I/O: ids, config, access and request building."""
+def resolve_config(
+    endpoint: str | None,
+    api_key: str | None,
+    data_plane: str | None,
+    tls: Any,
+    transport: object | None,
+    interceptors: Sequence[object],
+) -> ClientConfig:
+    """A client's configuration from its arguments (both faces' constructors)."""
+    if transport is not None and interceptors:
+        raise ConfigurationError(
+            "interceptors: give them to the transport you pass (transport=...), not to the client"
+        )
+    return ClientConfig.resolve(
+        endpoint, api_key, data_plane=data_plane, tls=tls, required=transport is None
+    )
 
-    def __init__(self, msg: sandbox_pb2.Sandbox, config: ClientConfig) -> None:
-        self.id = msg.id
+
+def channel_credentials(tls: Any) -> grpc.ChannelCredentials | None:
+    """The channel credentials of the client's TLS settings (None: plaintext)."""
+    return None if tls is None else tls.channel_credentials()  # type: ignore[no-any-return]
+
+
+class ClientCore:
+    """What both clients share, without I/O: configuration and the API key's metadata."""
+
+    def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self.api_metadata: Metadata = api_metadata(config)
+
+    def data_plane_address(self, access: ExecutorAccess) -> str:
+        """Where data-plane calls go: the node executor, or the gateway in proxy mode
+        (it forwards them there, or the nginx proxy the config names; the token rides along
+        either way)."""
+        if self.config.proxied:
+            return self.config.data_plane_endpoint or self.config.endpoint
+        return access.address
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.config.endpoint or 'in-process'}>"
+
+
+class SandboxCore:
+    """A sandbox handle without I/O: ids, its client, access and request building."""
+
+    client: Any  # Orchard or AsyncOrchard (each face narrows it)
+
+    def __init__(self, msg: sandbox_pb2.Sandbox, client: Any) -> None:
+        self.id = msg.id
+        self.client = client
         self._info = sandbox_info(msg)
         self._access = ExecutorAccess.from_proto(msg.executor) if msg.HasField("executor") else None
         self._deleted = False
+
+    @property
+    def config(self) -> ClientConfig:
+        """The configuration of the client this handle came from."""
+        config: ClientConfig = self.client.config
+        return config
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self._info.state}>"
@@ -99,14 +151,6 @@ class SandboxCore:
         if self._access is not None and self._access.fresh():
             return self._access
         return None
-
-    def _data_plane_address(self, access: ExecutorAccess) -> str:
-        """Where data-plane calls go: the node executor, or the gateway in proxy mode
-        (it forwards them there, or the nginx proxy the config names; the token rides along
-        either way)."""
-        if self.config.proxied:
-            return self.config.data_plane_endpoint or self.config.endpoint
-        return access.address
 
     def _set_access(self, msg: sandbox_pb2.ExecutorAccess) -> ExecutorAccess:
         if not msg.address:

@@ -170,3 +170,39 @@ def exec_event(msg: executor_pb2.ExecEvent) -> ExecEvent | None:
     if kind == "exit":
         return exec_status(msg.exit)
     return None
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    """The calling tenant's own view (``client.tenant()``): its quota and what it uses now."""
+
+    tenant: str
+    quota: dict[str, float]
+    """max_sandboxes, max_cpu_millis, max_memory_bytes, create_rate, create_burst,
+    max_execs; 0 means unlimited."""
+    sandboxes: int
+    """Sandboxes counted against the quota (pending, ready, claimed)."""
+    cpu: float
+    """Their cpu in cores."""
+    memory_bytes: int
+    server_version: str
+    """The version of the orchard-env scheduler that answered."""
+
+
+def tenant_info(msg: sandbox_pb2.TenantView) -> TenantInfo:
+    q = msg.quota
+    return TenantInfo(
+        tenant=msg.tenant,
+        quota={
+            "max_sandboxes": q.max_sandboxes,
+            "max_cpu_millis": q.max_cpu_millis,
+            "max_memory_bytes": q.max_memory_bytes,
+            "create_rate": q.create_rate,
+            "create_burst": q.create_burst,
+            "max_execs": q.max_execs,
+        },
+        sandboxes=msg.usage.sandboxes,
+        cpu=msg.usage.cpu_millis / 1000,
+        memory_bytes=msg.usage.memory_bytes,
+        server_version=msg.server_version,
+    )

@@ -1,12 +1,10 @@
-"""Warm pools from the client side: list them, and tell the scheduler what is coming.
+"""Warm pools from the client side: what ``client.pools`` returns and sends.
 
-    import orchard
-    orchard.hint("py-small", 64, within=30)   # a batch of 64 claims within 30 s
-    for pool in orchard.list_pools():
-        print(pool.template, pool.ready, pool.target, pool.hit_rate)
-    with orchard.Sandbox.create(template="py-small", env={"TASK": "42"}) as sb: ...
-
-``async_hint`` / ``async_list_pools`` are the same calls for asyncio.
+client = orchard.Orchard()
+client.pools.hint("py-small", 64, within=30)   # a batch of 64 claims within 30 s
+for pool in client.pools.list():
+    print(pool.template, pool.ready, pool.target, pool.hit_rate)
+with client.sandboxes.create(template="py-small", env={"TASK": "42"}) as sb: ...
 """
 
 from __future__ import annotations
@@ -14,11 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from orchard._proto.orchard.v1 import pools_pb2, pools_pb2_grpc
+from orchard._proto.orchard.v1 import pools_pb2
 
-from ._channels import async_channel, sync_channel
-from ._config import ClientConfig
-from ._core import api_metadata, translate_errors
 from ._errors import InvalidRequestError
 
 
@@ -79,59 +74,3 @@ def hint_request(template: str, count: int, within: float) -> pools_pb2.DemandHi
     if not math.isfinite(within) or within < 0:
         raise InvalidRequestError(f"within: seconds from now, 0 or more (got {within})")
     return pools_pb2.DemandHint(template=template, count=count, within_seconds=within)
-
-
-def list_pools(endpoint: str | None = None, api_key: str | None = None) -> list[PoolInfo]:
-    """Every template's pool: sizes, target and hit rate."""
-    config = ClientConfig.resolve(endpoint, api_key)
-    stub = pools_pb2_grpc.PoolServiceStub(sync_channel(config.endpoint))
-    with translate_errors():
-        resp = stub.ListPools(pools_pb2.ListPoolsRequest(), metadata=api_metadata(config))
-    return [pool_info(p) for p in resp.pools]
-
-
-def hint(
-    template: str,
-    count: int,
-    within: float = 0.0,
-    endpoint: str | None = None,
-    api_key: str | None = None,
-) -> PoolInfo:
-    """Tell the scheduler ``count`` sandboxes of ``template`` will be claimed within ``within`` s.
-
-    The pool starts growing at once (up to its max), so the batch finds warm
-    sandboxes. Returns the pool as it stands after the hint.
-    """
-    request = hint_request(template, count, within)
-    config = ClientConfig.resolve(endpoint, api_key)
-    stub = pools_pb2_grpc.PoolServiceStub(sync_channel(config.endpoint))
-    with translate_errors():
-        resp = stub.Hint(request, metadata=api_metadata(config))
-    return pool_info(resp.pool)
-
-
-async def async_list_pools(
-    endpoint: str | None = None, api_key: str | None = None
-) -> list[PoolInfo]:
-    """:func:`list_pools` for asyncio."""
-    config = ClientConfig.resolve(endpoint, api_key)
-    stub = pools_pb2_grpc.PoolServiceStub(async_channel(config.endpoint))
-    with translate_errors():
-        resp = await stub.ListPools(pools_pb2.ListPoolsRequest(), metadata=api_metadata(config))  # type: ignore[misc]
-    return [pool_info(p) for p in resp.pools]
-
-
-async def async_hint(
-    template: str,
-    count: int,
-    within: float = 0.0,
-    endpoint: str | None = None,
-    api_key: str | None = None,
-) -> PoolInfo:
-    """:func:`hint` for asyncio."""
-    request = hint_request(template, count, within)
-    config = ClientConfig.resolve(endpoint, api_key)
-    stub = pools_pb2_grpc.PoolServiceStub(async_channel(config.endpoint))
-    with translate_errors():
-        resp = await stub.Hint(request, metadata=api_metadata(config))  # type: ignore[misc]
-    return pool_info(resp.pool)

@@ -49,6 +49,24 @@ def create_request(
     )
 
 
+def get_request(sandbox_id: str) -> sandbox_pb2.GetSandboxRequest:
+    return sandbox_pb2.GetSandboxRequest(id=sandbox_id)
+
+
+def list_request(labels: Mapping[str, str] | None) -> sandbox_pb2.ListSandboxesRequest:
+    return sandbox_pb2.ListSandboxesRequest(labels=dict(labels or {}))
+
+
+def delete_request(sandbox_id: str) -> sandbox_pb2.DeleteSandboxRequest:
+    if not sandbox_id:
+        raise InvalidRequestError("sandbox_id: empty")
+    return sandbox_pb2.DeleteSandboxRequest(id=sandbox_id)
+
+
+def kill_all_request(sandbox_id: str, signal: int) -> executor_pb2.KillAllRequest:
+    return executor_pb2.KillAllRequest(sandbox_id=sandbox_id, signal=signal)
+
+
 def keepalive_request(sandbox_id: str, ttl: _values.Ttl | None) -> sandbox_pb2.KeepAliveRequest:
     return sandbox_pb2.KeepAliveRequest(id=sandbox_id, ttl_seconds=_values.ttl_seconds(ttl))
 
@@ -98,16 +116,29 @@ def run_request(start: executor_pb2.ExecStart, stdin: Stdin) -> executor_pb2.Run
     return executor_pb2.RunRequest(start=start, stdin=as_bytes(stdin) if stdin is not None else b"")
 
 
+def stdin_chunks(stdin: Iterable[bytes | str] | bytes | str | None) -> Iterable[bytes | str] | None:
+    """``exec_stream``'s stdin as an iterable of chunks (one chunk for bytes or str)."""
+    return [stdin] if isinstance(stdin, (bytes, str)) else stdin
+
+
+def stdin_requests(chunk: bytes | str) -> Iterator[executor_pb2.ExecRequest]:
+    """One stdin chunk as Exec requests, split to the wire's chunk size."""
+    for piece in _split(as_bytes(chunk)):
+        yield executor_pb2.ExecRequest(stdin=piece)
+
+
+CLOSE_STDIN = executor_pb2.ExecRequest(close_stdin=True)
+
+
 def exec_requests(
-    start: executor_pb2.ExecStart, stdin: Iterable[bytes] | None
+    start: executor_pb2.ExecStart, stdin: Iterable[bytes | str] | None
 ) -> Iterator[executor_pb2.ExecRequest]:
     """The bidi Exec request stream: start, stdin chunks, close."""
     yield executor_pb2.ExecRequest(start=start)
     if stdin is not None:
         for chunk in stdin:
-            for piece in _split(as_bytes(chunk)):
-                yield executor_pb2.ExecRequest(stdin=piece)
-        yield executor_pb2.ExecRequest(close_stdin=True)
+            yield from stdin_requests(chunk)
+        yield CLOSE_STDIN
 
 
 def _split(data: bytes) -> Iterator[bytes]:

@@ -1,7 +1,7 @@
-"""The rewards service from Python: ``Rewards`` (sync) over the RewardService stubs.
+"""The rewards service from Python: ``Rewards`` and ``AsyncRewards`` over the RewardService stubs.
 
-    from orchard import Rewards
-    rewards = Rewards()                       # endpoint: ORCHARD_REWARDS_ENDPOINT or the local stack's
+    from orchard import Orchard
+    rewards = Orchard().rewards               # endpoint: ORCHARD_REWARDS_ENDPOINT or the local stack's
     report = rewards.grade(instance_row, agent_output)
     report.kind, report.resolved, report.reward   # reward None: infrastructure failure, drop it
 
@@ -13,17 +13,14 @@ instance, ``AuthenticationError``, ...). A judge that fails is not an error:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from orchard._proto.orchard.v1 import rewards_pb2, rewards_pb2_grpc
+from orchard._proto.orchard.v1 import rewards_pb2
 
-from ._channels import sync_channel
-from ._config import DEFAULT_HOME, ClientConfig
-from ._core import api_metadata, translate_errors
+from ._config import ClientConfig
+from ._core import translate_errors
 from ._errors import ConfigurationError
 
 
@@ -72,27 +69,107 @@ class ProcessReward:
     failure: str
 
 
-def _rewards_endpoint(explicit: str | None) -> str:
-    if explicit:
-        return explicit
-    if os.environ.get("ORCHARD_REWARDS_ENDPOINT"):
-        return os.environ["ORCHARD_REWARDS_ENDPOINT"]
-    path = Path(os.environ.get("ORCHARD_HOME") or DEFAULT_HOME) / "run" / "rewards.addr"
-    try:
-        return path.read_text().strip()
-    except OSError:
-        raise ConfigurationError(
-            f"no rewards endpoint: pass endpoint=..., set ORCHARD_REWARDS_ENDPOINT, or run `orchard up` (it writes {path})"
-        ) from None
+def grade_request(
+    instance: Mapping[str, Any] | str,
+    output: str,
+    scheme: str,
+    f2p_weight: float,
+    test_timeout: float,
+) -> rewards_pb2.GradeRequest:
+    return rewards_pb2.GradeRequest(
+        instance_json=instance if isinstance(instance, str) else json.dumps(instance),
+        output=output, scheme=scheme, f2p_weight=f2p_weight, test_timeout_seconds=test_timeout,
+    )  # fmt: skip
+
+
+def grade_report(r: rewards_pb2.GradeResponse) -> GradeReport:
+    return GradeReport(
+        instance_id=r.instance_id, kind=r.kind, resolved=r.resolved, resolution=r.resolution,
+        reward=r.reward if r.has_reward else None,
+        fail_to_pass=(list(r.fail_to_pass.success), list(r.fail_to_pass.failure)),
+        pass_to_pass=(list(r.pass_to_pass.success), list(r.pass_to_pass.failure)),
+        apply_method=r.apply_method, reason=r.reason, log_tail=r.log_tail,
+        duration_seconds=r.duration_seconds, test_statuses=dict(r.test_statuses),
+    )  # fmt: skip
+
+
+def judge_request(template: str, inputs: Mapping[str, str]) -> rewards_pb2.JudgeRequest:
+    return rewards_pb2.JudgeRequest(template=template, inputs=dict(inputs))
+
+
+def judge_verdict(r: rewards_pb2.JudgeResponse) -> JudgeVerdict:
+    data = json.loads(r.verdict_json) if r.has_verdict else {}
+    return JudgeVerdict(r.has_verdict, data, r.failure, r.cached, r.template, r.model)
+
+
+def score_process_request(
+    task: str,
+    trajectory: Sequence[Mapping[str, Any]],
+    patch: str,
+    outcome: float,
+    alpha: float,
+    gold_patch: str,
+    fail_to_pass: Sequence[str],
+) -> rewards_pb2.ScoreProcessRequest:
+    return rewards_pb2.ScoreProcessRequest(
+        task=task, trajectory_json=json.dumps(list(trajectory)), patch=patch, outcome=outcome,
+        alpha=alpha, gold_patch=gold_patch, fail_to_pass=list(fail_to_pass),
+    )  # fmt: skip
+
+
+def process_reward(r: rewards_pb2.ScoreProcessResponse) -> ProcessReward:
+    return ProcessReward(
+        r.reward, r.judged, r.j, dict(r.scores), r.gated, list(r.gate_reasons), r.reasoning,
+        r.failure,
+    )  # fmt: skip
+
+
+def rank_request(task: str, candidates: Sequence[Mapping[str, Any]]) -> rewards_pb2.RankRequest:
+    return rewards_pb2.RankRequest(
+        task=task,
+        candidates=[
+            rewards_pb2.RankCandidate(
+                id=str(c.get("id", i)),
+                trajectory_json=json.dumps(list(c.get("trajectory", []))),
+                patch=str(c.get("patch", "")),
+            )
+            for i, c in enumerate(candidates)
+        ],
+    )
+
+
+def ranking(r: rewards_pb2.RankResponse) -> list[tuple[str, float]]:
+    return [(c.id, c.score) for c in r.ranked]
 
 
 class Rewards:
-    """A client of the RewardService (grade, judge, score_process, rank)."""
+    """A client of the RewardService (grade, judge, score_process, rank).
 
-    def __init__(self, endpoint: str | None = None, api_key: str | None = None) -> None:
-        self.endpoint = _rewards_endpoint(endpoint)
-        self._config = ClientConfig.resolve(self.endpoint, api_key)  # only its key is used here
-        self._stub = rewards_pb2_grpc.RewardServiceStub(sync_channel(self.endpoint))
+    ``client.rewards`` is the usual way in; ``Rewards(endpoint, api_key)`` makes
+    one over the default client with that rewards endpoint.
+    """
+
+    def __init__(
+        self, endpoint: str | None = None, api_key: str | None = None, *, client: Any = None
+    ) -> None:
+        if client is None:
+            from ._sync_client import Orchard
+
+            config = ClientConfig.resolve(_compat_endpoint(endpoint), api_key)
+            client = Orchard.from_config(config, rewards_endpoint=endpoint)
+        self._client = client
+
+    @property
+    def endpoint(self) -> str:
+        """host:port of the rewards service."""
+        return self._client.config.rewards_endpoint(self._client._rewards_endpoint)  # type: ignore[no-any-return]
+
+    def _call(self, method: str, request: Any, timeout: float | None) -> Any:
+        stub = self._client._rewards_stub()
+        with translate_errors():
+            return getattr(stub, method)(
+                request, metadata=self._client.api_metadata, timeout=timeout
+            )
 
     def grade(
         self,
@@ -104,31 +181,14 @@ class Rewards:
         timeout: float | None = 3600.0,
     ) -> GradeReport:
         """Run ``instance``'s tests on the patch in ``output`` (a diff or a whole agent answer)."""
-        request = rewards_pb2.GradeRequest(
-            instance_json=instance if isinstance(instance, str) else json.dumps(instance),
-            output=output, scheme=scheme, f2p_weight=f2p_weight, test_timeout_seconds=test_timeout,
-        )  # fmt: skip
-        with translate_errors():
-            r = self._stub.Grade(request, metadata=api_metadata(self._config), timeout=timeout)
-        return GradeReport(
-            instance_id=r.instance_id, kind=r.kind, resolved=r.resolved, resolution=r.resolution,
-            reward=r.reward if r.has_reward else None,
-            fail_to_pass=(list(r.fail_to_pass.success), list(r.fail_to_pass.failure)),
-            pass_to_pass=(list(r.pass_to_pass.success), list(r.pass_to_pass.failure)),
-            apply_method=r.apply_method, reason=r.reason, log_tail=r.log_tail,
-            duration_seconds=r.duration_seconds, test_statuses=dict(r.test_statuses),
-        )  # fmt: skip
+        request = grade_request(instance, output, scheme, f2p_weight, test_timeout)
+        return grade_report(self._call("Grade", request, timeout))
 
     def judge(
         self, template: str, inputs: Mapping[str, str], timeout: float | None = 600.0
     ) -> JudgeVerdict:
-        with translate_errors():
-            r = self._stub.Judge(
-                rewards_pb2.JudgeRequest(template=template, inputs=dict(inputs)),
-                metadata=api_metadata(self._config), timeout=timeout,
-            )  # fmt: skip
-        data = json.loads(r.verdict_json) if r.has_verdict else {}
-        return JudgeVerdict(r.has_verdict, data, r.failure, r.cached, r.template, r.model)
+        """Ask the LLM judge with one of its templates; a failed judgement is ``ok=False``."""
+        return judge_verdict(self._call("Judge", judge_request(template, inputs), timeout))
 
     def score_process(
         self,
@@ -141,40 +201,97 @@ class Rewards:
         fail_to_pass: Sequence[str] = (),
         timeout: float | None = 600.0,
     ) -> ProcessReward:
-        request = rewards_pb2.ScoreProcessRequest(
-            task=task, trajectory_json=json.dumps(list(trajectory)), patch=patch, outcome=outcome,
-            alpha=alpha, gold_patch=gold_patch, fail_to_pass=list(fail_to_pass),
-        )  # fmt: skip
-        with translate_errors():
-            r = self._stub.ScoreProcess(
-                request, metadata=api_metadata(self._config), timeout=timeout
-            )
-        return ProcessReward(
-            r.reward,
-            r.judged,
-            r.j,
-            dict(r.scores),
-            r.gated,
-            list(r.gate_reasons),
-            r.reasoning,
-            r.failure,
+        """The process reward model: ``outcome + alpha * J`` with the rubric judge's J."""
+        request = score_process_request(
+            task, trajectory, patch, outcome, alpha, gold_patch, fail_to_pass
         )
+        return process_reward(self._call("ScoreProcess", request, timeout))
 
     def rank(
         self, task: str, candidates: Sequence[Mapping[str, Any]], timeout: float | None = 600.0
     ) -> list[tuple[str, float]]:
         """Candidates (``{"id", "trajectory", "patch"}``) as (id, P(resolved)), best first."""
-        request = rewards_pb2.RankRequest(
-            task=task,
-            candidates=[
-                rewards_pb2.RankCandidate(
-                    id=str(c.get("id", i)),
-                    trajectory_json=json.dumps(list(c.get("trajectory", []))),
-                    patch=str(c.get("patch", "")),
-                )
-                for i, c in enumerate(candidates)
-            ],
-        )
+        return ranking(self._call("Rank", rank_request(task, candidates), timeout))
+
+
+class AsyncRewards:
+    """:class:`Rewards` for asyncio (``async_client.rewards``)."""
+
+    def __init__(
+        self, endpoint: str | None = None, api_key: str | None = None, *, client: Any = None
+    ) -> None:
+        if client is None:
+            from ._async_client import AsyncOrchard
+
+            config = ClientConfig.resolve(_compat_endpoint(endpoint), api_key)
+            client = AsyncOrchard.from_config(config, rewards_endpoint=endpoint)
+        self._client = client
+
+    @property
+    def endpoint(self) -> str:
+        """host:port of the rewards service."""
+        return self._client.config.rewards_endpoint(self._client._rewards_endpoint)  # type: ignore[no-any-return]
+
+    async def _call(self, method: str, request: Any, timeout: float | None) -> Any:  # noqa: ASYNC109
+        stub = self._client._rewards_stub()
         with translate_errors():
-            r = self._stub.Rank(request, metadata=api_metadata(self._config), timeout=timeout)
-        return [(c.id, c.score) for c in r.ranked]
+            return await getattr(stub, method)(
+                request, metadata=self._client.api_metadata, timeout=timeout
+            )
+
+    async def grade(
+        self,
+        instance: Mapping[str, Any] | str,
+        output: str,
+        scheme: str = "pm1",
+        f2p_weight: float = 0.0,
+        test_timeout: float = 0.0,
+        timeout: float | None = 3600.0,  # noqa: ASYNC109 (the call's deadline)
+    ) -> GradeReport:
+        """See :meth:`Rewards.grade`."""
+        request = grade_request(instance, output, scheme, f2p_weight, test_timeout)
+        return grade_report(await self._call("Grade", request, timeout))
+
+    async def judge(
+        self,
+        template: str,
+        inputs: Mapping[str, str],
+        timeout: float | None = 600.0,  # noqa: ASYNC109
+    ) -> JudgeVerdict:
+        """See :meth:`Rewards.judge`."""
+        return judge_verdict(await self._call("Judge", judge_request(template, inputs), timeout))
+
+    async def score_process(
+        self,
+        task: str,
+        trajectory: Sequence[Mapping[str, Any]],
+        patch: str,
+        outcome: float,
+        alpha: float = 0.0,
+        gold_patch: str = "",
+        fail_to_pass: Sequence[str] = (),
+        timeout: float | None = 600.0,  # noqa: ASYNC109
+    ) -> ProcessReward:
+        """See :meth:`Rewards.score_process`."""
+        request = score_process_request(
+            task, trajectory, patch, outcome, alpha, gold_patch, fail_to_pass
+        )
+        return process_reward(await self._call("ScoreProcess", request, timeout))
+
+    async def rank(
+        self,
+        task: str,
+        candidates: Sequence[Mapping[str, Any]],
+        timeout: float | None = 600.0,  # noqa: ASYNC109
+    ) -> list[tuple[str, float]]:
+        """See :meth:`Rewards.rank`."""
+        return ranking(await self._call("Rank", rank_request(task, candidates), timeout))
+
+
+def _compat_endpoint(rewards_endpoint: str | None) -> str | None:
+    """The gateway endpoint for ``Rewards(endpoint, ...)`` made without a client: the
+    usual one when it can be found, else the rewards endpoint itself (only its key is used)."""
+    try:
+        return ClientConfig.resolve().endpoint
+    except ConfigurationError:
+        return rewards_endpoint

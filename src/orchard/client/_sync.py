@@ -9,26 +9,22 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc
+from orchard._proto.orchard.v1 import executor_pb2_grpc
 
 from . import _requests, _tar, _values
-from ._channels import sync_stub
-from ._config import ClientConfig
 from ._core import (
     ExecutorAccess,
     SandboxCore,
-    api_metadata,
     call_deadline,
     session_ref,
     session_run_request,
     translate_errors,
 )
-from ._errors import QuotaExceededError, SandboxNotFoundError
+from ._errors import SandboxNotFoundError
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -36,22 +32,21 @@ from ._models import (
     SandboxInfo,
     exec_event,
     exec_result,
-    image_info,
-    sandbox_info,
 )
 from ._network import NetworkPolicy
-from ._quota_wait import QuotaWait
 
-
-def _control(config: ClientConfig) -> sandbox_pb2_grpc.SandboxServiceStub:
-    return sync_stub(config.endpoint, sandbox_pb2_grpc.SandboxServiceStub)
+if TYPE_CHECKING:
+    from ._sync_client import Orchard
 
 
 class Sandbox(SandboxCore):
-    """A sandbox, driven synchronously. Make one with :meth:`create` or :meth:`connect`.
+    """A sandbox, driven synchronously. Make one with ``client.sandboxes.create(...)``
+    (or :meth:`create`, which uses the default client).
 
     Used as a context manager, it is deleted on exit.
     """
+
+    client: Orchard
 
     # ---- control plane ------------------------------------------------------
 
@@ -74,61 +69,22 @@ class Sandbox(SandboxCore):
         files: Mapping[str, _requests.FileData] | None = None,
         wait_for_quota: float = 0.0,
     ) -> Sandbox:
-        """Create a sandbox and wait until it is READY.
+        """``default_client(endpoint, api_key).sandboxes.create(...)``: see :meth:`Sandboxes.create`."""
+        from ._default import default_client
 
-        ``cpu`` is in cores (``0.5``, ``2``, or ``"500m"``); ``memory`` is bytes or a
-        size string (``"512Mi"``, ``"1Gi"``); ``ttl`` is seconds until the server
-        deletes it; ``network`` is ``"none"`` (default); ``pids`` caps processes and threads. Unset values take the
-        server's defaults. A retried call with the same ``request_id`` returns the
-        same sandbox.
-
-        ``template`` claims a warm sandbox of that template (image, resources and
-        network come from it; leave them unset); ``env``, ``labels``, ``ttl`` and
-        ``files`` (path -> content, written before this returns) apply to the claim.
-
-        ``wait_for_quota`` (seconds): when the tenant is over a quota, keep
-        retrying that long, sleeping the server's ``retry-after`` between tries,
-        before raising :class:`QuotaExceededError` (0: raise at once).
-        """
-        config = ClientConfig.resolve(endpoint, api_key)
-        request = _requests.create_request(
-            image, cpu, memory, network, ttl, labels, env, request_id, pids, template
-        )
-        quota_wait = QuotaWait(wait_for_quota)
-        while True:
-            try:
-                with translate_errors():
-                    msg = _control(config).CreateSandbox(
-                        request, metadata=api_metadata(config), timeout=timeout
-                    )
-                break
-            except QuotaExceededError as exc:
-                delay = quota_wait.next_delay(exc)
-                if delay is None:
-                    raise
-                time.sleep(delay)
-        sandbox = cls(msg, config)
-        if files:
-            try:
-                for path, data in files.items():
-                    sandbox.write_file(path, data)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    sandbox.delete()
-                raise
-        return sandbox
+        return default_client(endpoint, api_key).sandboxes.create(
+            image, cpu, memory, network, ttl, labels, env, request_id, pids, timeout, template,
+            files, wait_for_quota,
+        )  # fmt: skip
 
     @classmethod
     def connect(
         cls, sandbox_id: str, endpoint: str | None = None, api_key: str | None = None
     ) -> Sandbox:
-        """A handle on an existing sandbox."""
-        config = ClientConfig.resolve(endpoint, api_key)
-        with translate_errors():
-            msg = _control(config).GetSandbox(
-                sandbox_pb2.GetSandboxRequest(id=sandbox_id), metadata=api_metadata(config)
-            )
-        return cls(msg, config)
+        """A handle on an existing sandbox (the default client's :meth:`Sandboxes.connect`)."""
+        from ._default import default_client
+
+        return default_client(endpoint, api_key).sandboxes.connect(sandbox_id)
 
     @staticmethod
     def list(
@@ -136,39 +92,32 @@ class Sandbox(SandboxCore):
         endpoint: str | None = None,
         api_key: str | None = None,
     ) -> builtins.list[SandboxInfo]:
-        """The caller's sandboxes (not deleted), optionally only those carrying ``labels``."""
-        config = ClientConfig.resolve(endpoint, api_key)
-        with translate_errors():
-            resp = _control(config).ListSandboxes(
-                sandbox_pb2.ListSandboxesRequest(labels=dict(labels or {})),
-                metadata=api_metadata(config),
-            )
-        return [sandbox_info(s) for s in resp.sandboxes]
+        """The caller's sandboxes (the default client's :meth:`Sandboxes.list`)."""
+        from ._default import default_client
+
+        return default_client(endpoint, api_key).sandboxes.list(labels)
 
     @staticmethod
     def images(endpoint: str | None = None, api_key: str | None = None) -> builtins.list[ImageInfo]:
-        config = ClientConfig.resolve(endpoint, api_key)
-        with translate_errors():
-            resp = _control(config).ListImages(
-                sandbox_pb2.ListImagesRequest(), metadata=api_metadata(config)
-            )
-        return [image_info(i) for i in resp.images]
+        """The images sandboxes can be made from (the default client's :meth:`Images.list`)."""
+        from ._default import default_client
+
+        return default_client(endpoint, api_key).images.list()
 
     @staticmethod
     def delete_by_id(
         sandbox_id: str, endpoint: str | None = None, api_key: str | None = None
     ) -> None:
-        config = ClientConfig.resolve(endpoint, api_key)
-        with translate_errors():
-            _control(config).DeleteSandbox(
-                sandbox_pb2.DeleteSandboxRequest(id=sandbox_id), metadata=api_metadata(config)
-            )
+        """Delete a sandbox by id (the default client's :meth:`Sandboxes.delete`)."""
+        from ._default import default_client
+
+        default_client(endpoint, api_key).sandboxes.delete(sandbox_id)
 
     def info(self) -> SandboxInfo:
         """The sandbox's current state from the control plane."""
         with translate_errors():
-            msg = _control(self.config).GetSandbox(
-                self._get_request(), metadata=api_metadata(self.config)
+            msg = self.client._control().GetSandbox(
+                self._get_request(), metadata=self.client.api_metadata
             )
         self._remember(msg)
         return self._info
@@ -188,8 +137,8 @@ class Sandbox(SandboxCore):
         """
         request = _requests.network_update_request(self.id, network, cidrs, ports, domains)
         with translate_errors():
-            msg = _control(self.config).UpdateNetworkPolicy(
-                request, metadata=api_metadata(self.config)
+            msg = self.client._control().UpdateNetworkPolicy(
+                request, metadata=self.client.api_metadata
             )
         self._remember(msg)
         return self._info
@@ -201,15 +150,15 @@ class Sandbox(SandboxCore):
         long ttl up front, so a crashed trainer's sandboxes are reaped soon.
         """
         with translate_errors():
-            msg = _control(self.config).KeepAlive(
-                _requests.keepalive_request(self.id, ttl), metadata=api_metadata(self.config)
+            msg = self.client._control().KeepAlive(
+                _requests.keepalive_request(self.id, ttl), metadata=self.client.api_metadata
             )
         self._remember(msg)
         return self._info
 
     def delete(self) -> None:
         """Delete the sandbox (waits until its container is gone). Deleting twice is fine."""
-        self.delete_by_id(self.id, self.config.endpoint, self.config.api_key)
+        self.client.sandboxes.delete(self.id)
         self._deleted = True
 
     def __enter__(self) -> Self:
@@ -228,12 +177,11 @@ class Sandbox(SandboxCore):
         access = self._usable_access()
         if access is None:
             with translate_errors():
-                msg = _control(self.config).GetExecutorAccess(
-                    self._get_request(), metadata=api_metadata(self.config)
+                msg = self.client._control().GetExecutorAccess(
+                    self._get_request(), metadata=self.client.api_metadata
                 )
             access = self._set_access(msg)
-        address = self._data_plane_address(access)
-        return sync_stub(address, executor_pb2_grpc.ExecutorServiceStub), access
+        return self.client._executor(self.client.data_plane_address(access)), access
 
     def exec(
         self,
@@ -267,7 +215,7 @@ class Sandbox(SandboxCore):
         timeout: float | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: Iterable[bytes] | bytes | str | None = None,
+        stdin: Iterable[bytes | str] | bytes | str | None = None,
         user: str | None = None,
         max_output_bytes: int | None = None,
     ) -> Iterator[ExecEvent]:
@@ -276,7 +224,7 @@ class Sandbox(SandboxCore):
         ``stdin`` may be an iterable of byte chunks, fed as the command reads.
         Stopping the iteration early cancels the call, which kills the command.
         """
-        stdin_chunks = [_requests.as_bytes(stdin)] if isinstance(stdin, (bytes, str)) else stdin
+        stdin_chunks = _requests.stdin_chunks(stdin)
         start = self._start(
             cmd,
             timeout,
@@ -315,8 +263,7 @@ class Sandbox(SandboxCore):
         stub, access = self._executor()
         with translate_errors():
             resp = stub.KillAll(
-                executor_pb2.KillAllRequest(sandbox_id=self.id, signal=signal),
-                metadata=access.metadata,
+                _requests.kill_all_request(self.id, signal), metadata=access.metadata
             )
         return resp.killed
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from orchard import Sandbox
+from orchard import Orchard
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2, sandbox_pb2_grpc
 from tests.stack import running_stack
 
@@ -63,8 +63,8 @@ def _round(mode: str) -> dict[str, Any]:
 
 def _attack(endpoint: str, key: str) -> dict[str, Any]:
     with (
-        Sandbox.create(endpoint=endpoint, api_key=key, ttl=300) as victim,
-        Sandbox.create(endpoint=endpoint, api_key=key, ttl=300) as neighbour,
+        Orchard(endpoint, key).sandboxes.create(ttl=300) as victim,
+        Orchard(endpoint, key).sandboxes.create(ttl=300) as neighbour,
     ):
         with grpc.insecure_channel(endpoint) as gateway:
             access = sandbox_pb2_grpc.SandboxServiceStub(gateway).GetExecutorAccess(

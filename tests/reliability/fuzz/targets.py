@@ -60,7 +60,7 @@ def _instrument(module: types.ModuleType) -> None:
 
 
 KEY = b"k" * 32
-SIGNER = TokenSigner(KEY)
+SIGNER = TokenSigner.from_key(KEY)
 VALID, _ = SIGNER.issue("sb-fuzz", 3600, now=1_000_000.0, tenant="t", max_execs=3)
 REQUEST_TYPES = [
     message_factory.GetMessageClass(method.input_type)

@@ -1,7 +1,7 @@
 """KubernetesBackend: sandboxes as pods, the pods' labels and annotations as the state.
 
-Implements the ``Backend`` protocol (create, delete, list, inspect, images) and
-adds what only a cluster has: warm-pool members and claims across scheduler
+Implements the ``Backend`` contract (create, delete, list, inspect, images; the
+capabilities it declares in ``capabilities``) and adds what only a cluster has: warm-pool members and claims across scheduler
 replicas (``create_pool_member``, ``claim``), the executor's address at the pod
 IP (``executor_address``), the reason a pod failed (``failure``), and the
 sandbox NetworkPolicies (``ensure_network_policies``).
@@ -23,8 +23,13 @@ import structlog
 
 from ..base import (
     CLAIMED_ELSEWHERE,
+    CLOSE,
+    POOL_STATE,
+    REPORT_FAILURES,
+    UPDATE_NETWORK,
     BackendError,
     BackendSandbox,
+    Capability,
     ImageInfo,
     SandboxSpec,
     check_sandbox_id,
@@ -48,6 +53,9 @@ CLAIM_RETRIES = 4
 
 class KubernetesBackend:
     name = "kubernetes"
+    capabilities: frozenset[Capability[Any]] = frozenset(
+        {POOL_STATE, UPDATE_NETWORK, REPORT_FAILURES, CLOSE}
+    )
 
     def __init__(
         self,

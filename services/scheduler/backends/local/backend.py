@@ -28,14 +28,22 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import structlog
 
 from orchard.common.layout import NodeLayout, SandboxLayout, SandboxMeta
-from orchard.common.tokens import load_or_create_key
+from orchard.common.tokens import derive_sandbox_key, encode_sandbox_keys
 
 from ..base import (
+    CHECK_RUNTIME_CLASS,
+    CLOSE,
+    REPORT_FAILURES,
+    UPDATE_ENV,
+    UPDATE_NETWORK,
     BackendError,
     BackendSandbox,
+    Capability,
     ImageInfo,
     SandboxSpec,
     check_sandbox_id,
@@ -64,6 +72,8 @@ from .settings import (
 
 T = TypeVar("T")
 
+log = structlog.get_logger("orchard.scheduler.local")
+
 PID_FILE = "init.pid"
 LOG_FILE = "init.log"
 
@@ -78,6 +88,9 @@ class LocalBackend:
     """Sandboxes as runc containers on this machine."""
 
     name = "local"
+    capabilities: frozenset[Capability[Any]] = frozenset(
+        {UPDATE_ENV, UPDATE_NETWORK, REPORT_FAILURES, CHECK_RUNTIME_CLASS, CLOSE}
+    )
 
     def __init__(self, settings: LocalSettings) -> None:
         self.settings = settings
@@ -97,8 +110,11 @@ class LocalBackend:
         self._init_watch = InitWatch(self._container_state)
         for folder in (self.layout.sandboxes, settings.runc_root):
             folder.mkdir(parents=True, exist_ok=True)
-        if settings.sandbox_disk_bytes:
-            scratch.check_supported(self.layout.sandboxes)
+        self.writable_layer = scratch.choose(
+            settings.sandbox_disk_bytes, settings.scratch_mount, self.layout.sandboxes
+        )
+        self.writable_layer.write(self.layout.run)
+        _log_writable_layer(self.writable_layer)
 
     # -- Backend interface -------------------------------------------------------
 
@@ -222,6 +238,13 @@ class LocalBackend:
 
     # -- helpers on the event loop -----------------------------------------------
 
+    def _sandbox_token_keys(self, sandbox_id: str) -> bytes:
+        """The token keys an injected executor gets: its own sandbox's, derived from each
+        of the node's keys; the node's keys never enter a sandbox."""
+        ring = self.layout.keyring_file().ring()
+        keys = {kid: derive_sandbox_key(key, sandbox_id) for kid, key in ring.keys.items()}
+        return encode_sandbox_keys(sandbox_id, keys)
+
     async def _in_thread(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
 
@@ -310,9 +333,15 @@ class LocalBackend:
         self, sandbox: SandboxLayout, spec: SandboxSpec, image: StoredImage, init_binary: Path
     ) -> BackendSandbox:
         sandbox.rootfs.mkdir()
-        if self.settings.sandbox_disk_bytes:
-            scratch.mount_overlay_on_tmpfs(
-                sandbox.rootfs, image.layer_paths, self.settings.sandbox_disk_bytes
+        layer = self.writable_layer
+        if layer.kind == scratch.DETACHED:
+            scratch.mount_overlay_on_tmpfs(sandbox.rootfs, image.layer_paths, layer.size_bytes)
+        elif layer.kind == scratch.MOUNTED:
+            scratch.mount_overlay_on_mounted_tmpfs(
+                sandbox.rootfs,
+                scratch.scratch_dir(sandbox.dir),
+                image.layer_paths,
+                layer.size_bytes,
             )
         else:
             for folder in (sandbox.upper, sandbox.work):
@@ -341,7 +370,7 @@ class LocalBackend:
             cwd=image.cwd,
         )
         if inject is not None:
-            inject.prepare(meta, load_or_create_key(self.layout.token_key))
+            inject.prepare(meta, self._sandbox_token_keys(meta.sandbox_id))
         if gvisor:
             # orchard-init binds its socket inside (runsc hands in no fd 3).
             init_pid = self.runsc.run_detached(
@@ -445,6 +474,7 @@ class LocalBackend:
         self.network.detach_sync(sandbox_id)
         if sandbox.dir.exists():
             overlay.unmount_overlay(sandbox.rootfs)
+            scratch.unmount_scratch(sandbox.dir)  # after the overlay that sits on it
         leftover = cgroups.remove_sandbox_cgroups(sandbox_id, found=found)
         if leftover:
             _kill_cgroup_processes(sandbox_id)
@@ -504,6 +534,17 @@ class LocalBackend:
             if sandbox is not None:
                 found.append(sandbox)
         return found
+
+
+def _log_writable_layer(layer: scratch.WritableLayer) -> None:
+    """Once per start: where sandboxes write, loudly when it is the old-kernel fallback."""
+    fields = {"layer": layer.kind, "size_bytes": layer.size_bytes, "kernel": layer.kernel}
+    if layer.kind == scratch.MOUNTED:
+        log.warning("sandbox writable layer: fallback", why=layer.why, **fields)
+    elif layer.kind == scratch.ON_DISK:
+        log.warning("sandbox writable layer: no per-sandbox disk cap", **fields)
+    else:
+        log.info("sandbox writable layer", **fields)
 
 
 def _merge_env(sandbox: SandboxLayout, env: dict[str, str]) -> None:

@@ -13,8 +13,10 @@ The host side of the sandbox folder gets ``run/`` (0700), bind-mounted at
     run/init.sock       orchard-init's socket (bound on the host, handed in as fd 3)
     run/sandbox.json    the sandbox as the executor inside sees it (init pid 1, its
                         own memory cgroup path)
-    run/token.key       the node's token key; the executor reads it and removes it
-                        before any sandbox code can run
+    run/token.key       this sandbox's own token keys (derived from the node's, one
+                        per key id: they verify its tokens and no other sandbox's);
+                        the executor reads the file and removes it before any
+                        sandbox code can run
     run/executor.sock   where the executor serves (``unix:`` address for the host)
     run/executor.addr   written by the executor once it serves: the readiness signal
 """
@@ -120,7 +122,7 @@ class InjectedRuntime:
             )
         return mounts
 
-    def prepare(self, meta: SandboxMeta, token_key: bytes) -> None:
+    def prepare(self, meta: SandboxMeta, token_keys: bytes) -> None:
         """Make run/ with what the executor inside reads at start."""
         self.run_dir.mkdir(mode=0o700)
         inside = SandboxMeta(
@@ -137,7 +139,7 @@ class InjectedRuntime:
             0o600,
         )
         with os.fdopen(fd, "wb") as out:
-            out.write(token_key)
+            out.write(token_keys)
 
     def update_env(self, env: dict[str, str]) -> None:
         """Merge ``env`` into what the executor inside starts commands with."""

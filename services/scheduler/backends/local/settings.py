@@ -37,6 +37,17 @@ def sandbox_disk_bytes_from_env() -> int:
     return value
 
 
+def scratch_mount_from_env() -> str:
+    """``ORCHARD_SCRATCH_MOUNT``: how the per-sandbox tmpfs is mounted (``scratch.py``).
+
+    "auto" (default): detached where the kernel can (Linux 6.13+), else mounted on
+    the host; "detached": refuse to start without it; "mounted": the fallback even
+    where the kernel could do better (how the tests prove the old-kernel path).
+    Checked when the backend starts (``scratch.choose``).
+    """
+    return os.environ.get("ORCHARD_SCRATCH_MOUNT", "").strip() or "auto"
+
+
 @dataclass(frozen=True)
 class LocalSettings:
     home: Path
@@ -65,6 +76,9 @@ class LocalSettings:
     """Each sandbox's folder (overlay upper/work, its files) is a tmpfs of this size: its
     disk quota, in memory and charged to its memory cgroup (``scratch.py``); 0 = the
     folder stays on the home's filesystem, uncapped ($ORCHARD_SANDBOX_DISK_BYTES)."""
+    scratch_mount: str = field(default_factory=scratch_mount_from_env)
+    """How that tmpfs is mounted: "auto", "detached" (6.13+) or "mounted" (the fallback
+    for older kernels), see ``scratch.choose`` ($ORCHARD_SCRATCH_MOUNT)."""
     executor_start_timeout: float = 30.0
     """Injected mode: how long a create waits for the sandbox's executor to serve."""
 

@@ -6,7 +6,7 @@ import warnings
 
 from orchard._proto.orchard.v1 import executor_pb2 as orchard_dot_v1_dot_executor__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.66.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -19,14 +19,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in orchard/v1/executor_pb2_grpc.py depends on'
+        + f' but the generated code in orchard/v1/executor_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class ExecutorServiceStub:
+class ExecutorServiceStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -92,7 +92,7 @@ class ExecutorServiceStub:
                 _registered_method=True)
 
 
-class ExecutorServiceServicer:
+class ExecutorServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Exec(self, request_iterator, context):
@@ -237,7 +237,7 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class ExecutorService:
+class ExecutorService(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -6,7 +6,7 @@ import warnings
 
 from orchard._proto.orchard.v1 import rewards_pb2 as orchard_dot_v1_dot_rewards__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.66.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -19,14 +19,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in orchard/v1/rewards_pb2_grpc.py depends on'
+        + f' but the generated code in orchard/v1/rewards_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class RewardServiceStub:
+class RewardServiceStub(object):
     """RewardService: graders that turn a rollout into a reward (services/rewards).
     Grade runs the instance's tests in a fresh sandbox through the gateway, with
     the caller's own API key (sent on as `authorization: Bearer ...`), so the
@@ -61,7 +61,7 @@ class RewardServiceStub:
                 _registered_method=True)
 
 
-class RewardServiceServicer:
+class RewardServiceServicer(object):
     """RewardService: graders that turn a rollout into a reward (services/rewards).
     Grade runs the instance's tests in a fresh sandbox through the gateway, with
     the caller's own API key (sent on as `authorization: Bearer ...`), so the
@@ -127,7 +127,7 @@ def add_RewardServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class RewardService:
+class RewardService(object):
     """RewardService: graders that turn a rollout into a reward (services/rewards).
     Grade runs the instance's tests in a fresh sandbox through the gateway, with
     the caller's own API key (sent on as `authorization: Bearer ...`), so the

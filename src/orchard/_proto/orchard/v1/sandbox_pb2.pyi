@@ -508,6 +508,113 @@ class ListImagesResponse(_message.Message):
 Global___ListImagesResponse: _TypeAlias = ListImagesResponse  # noqa: Y015
 
 @_typing.final
+class GetTenantRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTenantRequest: _TypeAlias = GetTenantRequest  # noqa: Y015
+
+@_typing.final
+class TenantQuota(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_SANDBOXES_FIELD_NUMBER: _builtins.int
+    MAX_CPU_MILLIS_FIELD_NUMBER: _builtins.int
+    MAX_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    CREATE_RATE_FIELD_NUMBER: _builtins.int
+    CREATE_BURST_FIELD_NUMBER: _builtins.int
+    MAX_EXECS_FIELD_NUMBER: _builtins.int
+    max_sandboxes: _builtins.int
+    """0 means unlimited, as in quotas.json."""
+    max_cpu_millis: _builtins.int
+    max_memory_bytes: _builtins.int
+    create_rate: _builtins.float
+    create_burst: _builtins.int
+    max_execs: _builtins.int
+    def __init__(
+        self,
+        *,
+        max_sandboxes: _builtins.int = ...,
+        max_cpu_millis: _builtins.int = ...,
+        max_memory_bytes: _builtins.int = ...,
+        create_rate: _builtins.float = ...,
+        create_burst: _builtins.int = ...,
+        max_execs: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_burst", b"create_burst", "create_rate", b"create_rate", "max_cpu_millis", b"max_cpu_millis", "max_execs", b"max_execs", "max_memory_bytes", b"max_memory_bytes", "max_sandboxes", b"max_sandboxes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantQuota: _TypeAlias = TenantQuota  # noqa: Y015
+
+@_typing.final
+class TenantUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOXES_FIELD_NUMBER: _builtins.int
+    CPU_MILLIS_FIELD_NUMBER: _builtins.int
+    MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    sandboxes: _builtins.int
+    """Sandboxes counted against the quota (pending, ready, claimed) and their totals."""
+    cpu_millis: _builtins.int
+    memory_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        sandboxes: _builtins.int = ...,
+        cpu_millis: _builtins.int = ...,
+        memory_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_millis", b"cpu_millis", "memory_bytes", b"memory_bytes", "sandboxes", b"sandboxes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantUsage: _TypeAlias = TenantUsage  # noqa: Y015
+
+@_typing.final
+class TenantView(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    QUOTA_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    SERVER_VERSION_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    server_version: _builtins.str
+    """The version of the scheduler that answered (orchard-env's package version)."""
+    @_builtins.property
+    def quota(self) -> Global___TenantQuota: ...
+    @_builtins.property
+    def usage(self) -> Global___TenantUsage: ...
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        quota: Global___TenantQuota | None = ...,
+        usage: Global___TenantUsage | None = ...,
+        server_version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["quota", b"quota", "usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["quota", b"quota", "server_version", b"server_version", "tenant", b"tenant", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantView: _TypeAlias = TenantView  # noqa: Y015
+
+@_typing.final
 class UpdateNetworkPolicyRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -6,7 +6,7 @@ import warnings
 
 from orchard._proto.orchard.v1 import sandbox_pb2 as orchard_dot_v1_dot_sandbox__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.66.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -19,14 +19,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in orchard/v1/sandbox_pb2_grpc.py depends on'
+        + f' but the generated code in orchard/v1/sandbox_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class SandboxServiceStub:
+class SandboxServiceStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -75,9 +75,14 @@ class SandboxServiceStub:
                 request_serializer=orchard_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.SerializeToString,
                 response_deserializer=orchard_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
                 _registered_method=True)
+        self.GetTenant = channel.unary_unary(
+                '/orchard.v1.SandboxService/GetTenant',
+                request_serializer=orchard_dot_v1_dot_sandbox__pb2.GetTenantRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_sandbox__pb2.TenantView.FromString,
+                _registered_method=True)
 
 
-class SandboxServiceServicer:
+class SandboxServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def CreateSandbox(self, request, context):
@@ -132,6 +137,14 @@ class SandboxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTenant(self, request, context):
+        """The calling tenant's own view: who the key belongs to, its quota, what it
+        uses now, and the server's version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +188,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     request_deserializer=orchard_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.FromString,
                     response_serializer=orchard_dot_v1_dot_sandbox__pb2.Sandbox.SerializeToString,
             ),
+            'GetTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenant,
+                    request_deserializer=orchard_dot_v1_dot_sandbox__pb2.GetTenantRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_sandbox__pb2.TenantView.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'orchard.v1.SandboxService', rpc_method_handlers)
@@ -183,7 +201,7 @@ def add_SandboxServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class SandboxService:
+class SandboxService(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -392,6 +410,33 @@ class SandboxService:
             '/orchard.v1.SandboxService/UpdateNetworkPolicy',
             orchard_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.SerializeToString,
             orchard_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.SandboxService/GetTenant',
+            orchard_dot_v1_dot_sandbox__pb2.GetTenantRequest.SerializeToString,
+            orchard_dot_v1_dot_sandbox__pb2.TenantView.FromString,
             options,
             channel_credentials,
             insecure,

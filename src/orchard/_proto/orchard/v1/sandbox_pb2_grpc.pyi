@@ -48,6 +48,10 @@ class SandboxServiceStub:
     """Replace a running sandbox's network policy; takes effect before the call
     returns (connections the new policy denies are refused from then on).
     """
+    GetTenant: _grpc.UnaryUnaryMultiCallable[_sandbox_pb2.GetTenantRequest, _sandbox_pb2.TenantView]
+    """The calling tenant's own view: who the key belongs to, its quota, what it
+    uses now, and the server's version.
+    """
 
 @_typing.type_check_only
 class SandboxServiceAsyncStub(SandboxServiceStub):
@@ -64,6 +68,10 @@ class SandboxServiceAsyncStub(SandboxServiceStub):
     UpdateNetworkPolicy: _aio.UnaryUnaryMultiCallable[_sandbox_pb2.UpdateNetworkPolicyRequest, _sandbox_pb2.Sandbox]  # type: ignore[assignment]
     """Replace a running sandbox's network policy; takes effect before the call
     returns (connections the new policy denies are refused from then on).
+    """
+    GetTenant: _aio.UnaryUnaryMultiCallable[_sandbox_pb2.GetTenantRequest, _sandbox_pb2.TenantView]  # type: ignore[assignment]
+    """The calling tenant's own view: who the key belongs to, its quota, what it
+    uses now, and the server's version.
     """
 
 class SandboxServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -126,6 +134,16 @@ class SandboxServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_sandbox_pb2.Sandbox, _abc.Awaitable[_sandbox_pb2.Sandbox]]:
         """Replace a running sandbox's network policy; takes effect before the call
         returns (connections the new policy denies are refused from then on).
+        """
+
+    @_abc_1.abstractmethod
+    def GetTenant(
+        self,
+        request: _sandbox_pb2.GetTenantRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_sandbox_pb2.TenantView, _abc.Awaitable[_sandbox_pb2.TenantView]]:
+        """The calling tenant's own view: who the key belongs to, its quota, what it
+        uses now, and the server's version.
         """
 
 def add_SandboxServiceServicer_to_server(servicer: SandboxServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
