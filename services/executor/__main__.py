@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 from pathlib import Path
 
 from orchard.common.layout import orchard_home
@@ -99,14 +98,6 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
     )
 
 
-async def _run(settings: ExecutorSettings) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await serve(settings, stop)
-
-
 def _metrics_listen(argv: list[str] | None) -> tuple[list[str] | None, str | None]:
     """Take ``--metrics-listen ADDR`` out of ``argv`` (Prometheus /metrics; port 0: a free one)."""
     parser = argparse.ArgumentParser(add_help=False)
@@ -121,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     start_service("executor")
     if metrics_listen is not None:
         serve_metrics(metrics_listen, settings.layout.run / "executor.metrics.addr")
-    asyncio.run(_run(settings))
+    asyncio.run(serve(settings))
 
 
 if __name__ == "__main__":

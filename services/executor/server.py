@@ -3,14 +3,13 @@
 Each method checks the call (sandbox id, token, sandbox exists), validates
 its fields, and hands the work to the exec engine (:mod:`commands`), the
 session table (:mod:`sessions`) or the file service. Errors travel as
-:class:`ServiceError` and become statuses in :mod:`rpc_errors`.
+:class:`ServiceError` and become statuses at the one service edge
+(:mod:`orchard.common.service_edge`, installed by the :class:`ServiceRunner`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,7 +20,8 @@ from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 from orchard.common.errors import invalid
 from orchard.common.observability import ServerObservability
-from orchard.common.tls import add_port
+from orchard.common.service_runner import ServiceRunner, wait_for_stop_signal
+from orchard.common.tls import server_credentials
 from orchard.common.tokens import Keyring, Revocations, TokenVerifier, decode_sandbox_keys
 from orchard.common.undecodable import UndecodableRequests
 
@@ -39,7 +39,6 @@ from .commands import (
 from .exec_quota import ExecSlots
 from .files import SandboxFiles
 from .kill_all import check_signal, kill_all_processes
-from .rpc_errors import streaming, unary
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
 from .settings import ExecutorSettings
@@ -75,7 +74,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
 
     # ------------------------------------------------------------------ exec
 
-    @unary
     async def Run(self, request: pb.RunRequest, context: Context) -> pb.RunResponse:
         start = request.start
         sandbox = self._sandbox(start.sandbox_id, context)
@@ -84,7 +82,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         with self._exec_slots.hold():
             return await run_exec(prepared, request.stdin)
 
-    @streaming
     async def Exec(
         self, request_iterator: AsyncIterator[pb.ExecRequest], context: Context
     ) -> AsyncIterator[pb.ExecEvent]:
@@ -111,7 +108,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
 
     # -------------------------------------------------------------- sessions
 
-    @unary
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Context) -> pb.Session:
         sandbox = self._sandbox(request.sandbox_id, context)
         check_env(request.env)
@@ -128,7 +124,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         log.info("session created", sandbox_id=request.sandbox_id, session_id=session.session_id)
         return pb.Session(sandbox_id=request.sandbox_id, session_id=session.session_id)
 
-    @unary
     async def SessionRun(self, request: pb.SessionRunRequest, context: Context) -> pb.RunResponse:
         self._sandbox(request.sandbox_id, context)
         check_session_command(request.command)
@@ -138,7 +133,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         with self._exec_slots.hold():
             return await session.run(request.command, request.timeout_seconds, limit)
 
-    @unary
     async def InterruptSession(
         self, request: pb.SessionRef, context: Context
     ) -> pb.InterruptSessionResponse:
@@ -146,7 +140,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self.sessions.get(request.sandbox_id, request.session_id).interrupt()
         return pb.InterruptSessionResponse()
 
-    @unary
     async def CloseSession(
         self, request: pb.SessionRef, context: Context
     ) -> pb.CloseSessionResponse:
@@ -155,7 +148,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         log.info("session closed", sandbox_id=request.sandbox_id, session_id=request.session_id)
         return pb.CloseSessionResponse()
 
-    @unary
     async def KillAll(self, request: pb.KillAllRequest, context: Context) -> pb.KillAllResponse:
         sandbox = self._sandbox(request.sandbox_id, context)
         signal = check_signal(request.signal)
@@ -178,7 +170,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             await pace.account(len(request.data))
             yield request.data
 
-    @streaming
     async def ReadFile(
         self, request: pb.ReadFileRequest, context: Context
     ) -> AsyncIterator[pb.FileChunk]:
@@ -186,7 +177,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         async for chunk in SandboxFiles(sandbox.rootfs).read_file(request.path):
             yield chunk
 
-    @unary
     async def WriteFile(
         self, request_iterator: AsyncIterator[pb.WriteFileRequest], context: Context
     ) -> pb.WriteFileResponse:
@@ -205,7 +195,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         )
         return pb.WriteFileResponse(size=size)
 
-    @unary
     async def Upload(
         self, request_iterator: AsyncIterator[pb.UploadRequest], context: Context
     ) -> pb.UploadResponse:
@@ -219,7 +208,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         count, size = await files.upload(header.path, self._data_chunks(requests, "UploadRequest"))
         return pb.UploadResponse(files=count, bytes=size)
 
-    @streaming
     async def Download(
         self, request: pb.DownloadRequest, context: Context
     ) -> AsyncIterator[pb.TarChunk]:
@@ -276,47 +264,37 @@ def server_options(settings: ExecutorSettings) -> list[tuple[str, Any]]:
     ]
 
 
-async def start_server(settings: ExecutorSettings) -> tuple[grpc.aio.Server, str, ExecutorServicer]:
-    """Start serving; returns the server, its bound address and the servicer."""
+async def start_server(settings: ExecutorSettings) -> tuple[ServiceRunner, ExecutorServicer]:
+    """Start serving; returns the running server (its ``address``) and the servicer."""
     servicer = ExecutorServicer(settings, token_verifier(settings))
-    server = grpc.aio.server(
+    runner = ServiceRunner(
+        "executor",
+        settings.listen,
         options=server_options(settings),
         interceptors=[UndecodableRequests(), ServerObservability("executor")],
+        server_credentials=server_credentials(settings.tls, settings.listen),
+        address_file=settings.address_file,
     )
-    pb_grpc.add_ExecutorServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    port = add_port(server, settings.listen, settings.tls)
-    if port == 0:
-        raise OSError(f"could not listen on {settings.listen}")
-    if settings.listen.startswith("unix:"):
-        address = settings.listen  # a Unix socket has no port to fill in
-    else:
-        address = f"{settings.listen.rsplit(':', 1)[0]}:{port}"
-    await server.start()
-    _write_address(settings, address)
+    runner.add_servicer(
+        pb_grpc.add_ExecutorServiceServicer_to_server,  # type: ignore[arg-type]
+        servicer,
+        "orchard.v1.ExecutorService",
+    )
+    address = await runner.start()
+    await runner.serving()
     log.info(
         "executor listening", address=address, home=str(settings.home), tls=settings.tls is not None
     )
-    return server, address, servicer
+    return runner, servicer
 
 
-def _write_address(settings: ExecutorSettings, address: str) -> None:
-    path = settings.address_file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(address + "\n")
-    os.replace(tmp, path)
-
-
-async def serve(settings: ExecutorSettings, stop: asyncio.Event) -> None:
-    """Serve until ``stop`` is set, then shut down gracefully."""
-    server, address, servicer = await start_server(settings)
-    print(address, flush=True)
+async def serve(settings: ExecutorSettings) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    runner, servicer = await start_server(settings)
+    print(runner.address, flush=True)
     try:
-        await stop.wait()
+        await wait_for_stop_signal()
     finally:
         servicer.sessions.close_all()
-        await server.stop(settings.shutdown_grace_seconds)
-        with contextlib.suppress(OSError):
-            if settings.address_file.read_text().strip() == address:
-                settings.address_file.unlink()
-        log.info("executor stopped", address=address)
+        await runner.stop(settings.shutdown_grace_seconds)
+        log.info("executor stopped", address=runner.address)

@@ -40,7 +40,8 @@ import grpc
 import structlog
 
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
-from orchard.common.errors import FAULT_KEY, REASON_KEY, RETRY_AFTER_KEY, ServiceError
+from orchard.common.errors import ServiceError
+from orchard.common.service_edge import PassedOnStatus
 from orchard.common.tls import aio_channel, scheme_address
 from orchard.common.tokens import TokenError, TokenSigner, unverified_claims
 
@@ -49,7 +50,6 @@ log = structlog.get_logger("orchard.gateway.proxy")
 EXECUTOR_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"]
 PROXIED_PREFIX = f"/{EXECUTOR_SERVICE.full_name}/"
 TENANT_KEY = "orchard-tenant"
-PASSED_TRAILERS = (REASON_KEY, FAULT_KEY, RETRY_AFTER_KEY)
 # Metadata that belongs to one hop, not to the call.
 TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 HOP_HEADERS = frozenset({"user-agent", "te", "content-type"})
@@ -77,7 +77,9 @@ class ControlPlaneOnly(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     undecodable-request guard has nothing to guard), and the executor that
     serves it records its metrics, span and logs under the same request id
     (the metadata is forwarded). Skipping them keeps ~0.1 ms of CPU off each
-    proxied call, on a hop whose whole budget is 0.3 ms.
+    proxied call, on a hop whose whole budget is 0.3 ms. The service edge is
+    not among them (the ServiceRunner puts it after this): a proxied call's
+    errors leave with their reason and fault trailers like any other.
     """
 
     def __init__(self, *interceptors: Any) -> None:
@@ -288,21 +290,15 @@ def forwarded_metadata(metadata: Any) -> tuple[tuple[str, Any], ...]:
     )
 
 
-async def _abort(context: Context, error: ServiceError) -> None:
-    context.set_trailing_metadata(error.trailing_metadata())
-    await context.abort(error.code, error.message)
-
-
-async def _relay_error(context: Context, exc: grpc.aio.AioRpcError) -> None:
-    """The executor's status, message and Orchard trailers, unchanged."""
-    received: Any = (
-        exc.trailing_metadata() or ()
-    )  # iterates as (key, value); the stubs say otherwise
-    trailers = tuple((str(k), str(v)) for k, v in received if k in PASSED_TRAILERS)
-    if exc.code() == grpc.StatusCode.UNAVAILABLE and not trailers:
-        trailers = ((REASON_KEY, "EXECUTOR_UNAVAILABLE"), (FAULT_KEY, "infrastructure"))
-    context.set_trailing_metadata(trailers)
-    await context.abort(exc.code(), exc.details() or "")
+def _upstream_status(exc: grpc.aio.AioRpcError) -> PassedOnStatus | ServiceError:
+    """The executor's status, message and Orchard trailers, unchanged (an executor that
+    cannot be reached says so: EXECUTOR_UNAVAILABLE, fault infrastructure)."""
+    passed = PassedOnStatus.of(exc)
+    if passed.code == grpc.StatusCode.UNAVAILABLE and not passed.trailers:
+        return ServiceError(
+            passed.code, "EXECUTOR_UNAVAILABLE", passed.message, fault="infrastructure"
+        )
+    return passed
 
 
 class DataPlaneProxy:
@@ -351,8 +347,8 @@ class DataPlaneProxy:
     async def _upstream(
         self, full_method: str, kind: str, request: Any, context: Context
     ) -> AsyncIterator[Any]:
-        """The upstream call for ``request``; its errors relayed to the client, and the call
-        cancelled when the client goes away (or we fail)."""
+        """The upstream call for ``request``; its errors raised to be relayed to the client
+        by the service edge, and the call cancelled when the client goes away (or we fail)."""
         token = ""
         call = None
         try:
@@ -361,11 +357,9 @@ class DataPlaneProxy:
                 request, metadata=forwarded_metadata(metadata), timeout=context.time_remaining()
             )
             yield call
-        except ServiceError as exc:
-            await _abort(context, exc)
         except grpc.aio.AioRpcError as exc:
             self._on_upstream_error(token, exc)
-            await _relay_error(context, exc)
+            raise _upstream_status(exc) from None
         finally:
             if call is not None and not call.done():
                 call.cancel()
@@ -375,7 +369,6 @@ class DataPlaneProxy:
         async with self._upstream(full_method, kind, request, context) as call:
             response: bytes = await call
             return response
-        raise AssertionError("unreachable: context.abort raises")
 
     def stream_stream(
         self, full_method: str

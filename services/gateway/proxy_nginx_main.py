@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from orchard.common.address_file import remove_address_file, write_address_file
 from orchard.common.layout import NodeLayout
 from orchard.common.tls_args import add_tls_arguments, tls_paths, upstream_ca
 
@@ -135,17 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, forward)
     _wait_listening(process, address, paths)
     addr_file = layout.run / DATA_PLANE_ADDR_FILE
-    staged = addr_file.with_name(addr_file.name + ".tmp")
     # The SDK reads the scheme: grpcs:// when clients must speak TLS to nginx.
-    staged.write_text(("grpcs://" if tls.serves_tls else "") + address + "\n")
-    staged.replace(addr_file)  # readers never see it half-written
-    print(("grpcs://" if tls.serves_tls else "") + address, flush=True)
+    announced = ("grpcs://" if tls.serves_tls else "") + address
+    write_address_file(addr_file, announced)
+    print(announced, flush=True)
     code = process.wait()
     # Only an orderly stop takes the address away: when nginx dies, orchard up
     # restarts us on the same address, and clients reading the file meanwhile
     # must keep finding it (they see UNAVAILABLE for a moment, not the gateway).
     if stopping:
-        addr_file.unlink(missing_ok=True)
+        remove_address_file(addr_file, announced)
     return code
 
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,11 +12,17 @@ import grpc
 import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2
+from orchard.common.address_file import remove_address_file, write_address_file
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
 from orchard.common.quotas import QUOTA_FILE, QuotaFile
-from orchard.common.tls import add_port, scheme_address, upstream_credentials
+from orchard.common.service_runner import (
+    CONTROL_PLANE_SERVER_OPTIONS,
+    ServiceRunner,
+    wait_for_stop_signal,
+)
+from orchard.common.tls import server_credentials, upstream_credentials
 from orchard.common.tokens import Revocations, TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
@@ -41,37 +43,18 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
-SERVER_OPTIONS = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.max_concurrent_streams", 4096),
-]
-
-
-def public_address(listen: str, port: int) -> str:
-    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
-    if host in ("", "0.0.0.0", "[::]", "::"):
-        host = "127.0.0.1"
-    return f"{host}:{port}"
-
-
-def _write_address(path: Path, address: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(address + "\n")
-    os.replace(tmp, path)
 
 
 @dataclass
 class RunningGateway:
     address: str
-    server: grpc.aio.Server
+    runner: ServiceRunner
     channel: grpc.aio.Channel
     service: GatewayService
     rest: RunningRest | None = None
     metrics_address: str | None = None
     proxy: DataPlaneProxy | None = None
+    http_address_file: Path | None = None
     internal_dir: Path | None = None
     """The private folder of the socket the REST front reaches the gRPC port by."""
 
@@ -80,9 +63,12 @@ class RunningGateway:
         return None if self.rest is None else self.rest.address
 
     async def stop(self, grace: float) -> None:
+        await self.runner.health.enter_graceful_shutdown()
         if self.rest is not None:
             await self.rest.stop()
-        await self.server.stop(grace)
+            if self.http_address_file is not None:
+                remove_address_file(self.http_address_file, self.rest.address)
+        await self.runner.stop(grace)
         if self.proxy is not None:
             await self.proxy.close()
         await self.channel.close(None)
@@ -111,9 +97,15 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         options=CHANNEL_OPTIONS,
         interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
     )
-    server = grpc.aio.server(
-        options=SERVER_OPTIONS,
+    run = NodeLayout(settings.home).run
+    runner = ServiceRunner(
+        "gateway",
+        settings.listen,
+        options=CONTROL_PLANE_SERVER_OPTIONS,
         interceptors=[ControlPlaneOnly(UndecodableRequests(), ServerObservability("gateway"))],
+        server_credentials=server_credentials(settings.tls, settings.listen),
+        address_file=run / "gateway.addr",
+        announce_tls=True,
     )
     service = GatewayService(
         ApiKeyAuth(settings.home / KEY_FILE),
@@ -122,32 +114,25 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         create_slots=settings.create_slots,
     )
     pool_service = pools_pb2.DESCRIPTOR.services_by_name["PoolService"]
-    server.add_generic_rpc_handlers(
-        (forwarding_handler(service), forwarding_handler(service, pool_service))
-    )
+    runner.add_handlers(forwarding_handler(service), forwarding_handler(service, pool_service))
     executor_credentials = None
     if settings.tls is not None or settings.upstream_ca is not None:
         executor_credentials = upstream_credentials(settings.upstream_ca, settings.tls)
     proxy = None
     if settings.data_plane_proxy:
         proxy = DataPlaneProxy(channel, _node_signer(settings.home), executor_credentials)
-        server.add_generic_rpc_handlers((proxy.handler(),))
-    port = add_port(server, settings.listen, settings.tls)
-    if port == 0:
-        raise RuntimeError(f"cannot listen on {settings.listen}")
+        runner.add_handlers(proxy.handler())
     internal_dir = None
     if settings.http_listen is not None:
         # The REST front calls this server over a socket only this process can reach
         # (0700 folder): no TLS to itself, and no certificate that must name 127.0.0.1.
         internal_dir = Path(tempfile.mkdtemp(prefix="orchard-gateway-"))
         internal = f"unix:{internal_dir / 'grpc.sock'}"
-        if server.add_insecure_port(internal) == 0:
+        if runner.server.add_insecure_port(internal) == 0:
             raise RuntimeError(f"cannot listen on {internal}")
-    await server.start()
-    address = scheme_address(public_address(settings.listen, port), settings.tls is not None)
-    run = NodeLayout(settings.home).run
+    address = await runner.start()
     running = RunningGateway(
-        address, server, channel, service, proxy=proxy, internal_dir=internal_dir
+        address, runner, channel, service, proxy=proxy, internal_dir=internal_dir
     )
     if settings.http_listen is not None and internal_dir is not None:
         running.rest = await start_rest(
@@ -157,12 +142,13 @@ async def start(settings: GatewaySettings) -> RunningGateway:
             settings.tls.ssl_context() if settings.tls is not None else None,
             executor_credentials,
         )
-        _write_address(run / "gateway-http.addr", running.rest.address)
+        running.http_address_file = run / "gateway-http.addr"
+        write_address_file(running.http_address_file, running.rest.address)
     if settings.metrics_listen is not None:
         running.metrics_address = serve_metrics(
             settings.metrics_listen, run / "gateway.metrics.addr"
         )
-    _write_address(run / "gateway.addr", address)
+    await runner.serving()
     log.info(
         "gateway serving",
         address=address,
@@ -178,10 +164,5 @@ async def start(settings: GatewaySettings) -> RunningGateway:
 async def serve(settings: GatewaySettings, on_ready: Callable[[str], None] = print) -> None:
     running = await start(settings)
     on_ready(running.address)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    with contextlib.suppress(asyncio.CancelledError):
-        await stop.wait()
+    await wait_for_stop_signal()
     await running.stop(settings.shutdown_grace_seconds)

@@ -14,8 +14,10 @@ here without a line of gateway code. Each call:
    the exec quota into the data-plane token) and the caller's deadline.
 
 Errors from the scheduler pass through unchanged (status, message and the
-``orchard-reason`` / ``orchard-fault`` / ``retry-after`` trailers); a scheduler
-that cannot be reached is UNAVAILABLE with fault ``infrastructure``.
+``orchard-reason`` / ``orchard-fault`` / ``retry-after`` trailers, as a
+:class:`~orchard.common.service_edge.PassedOnStatus`); a scheduler that cannot
+be reached is UNAVAILABLE with fault ``infrastructure``. Every error leaves
+through the server's one service edge.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 
 from orchard._proto.orchard.v1 import sandbox_pb2
-from orchard.common.errors import FAULT_KEY, REASON_KEY, RETRY_AFTER_KEY, ServiceError
+from orchard.common.errors import REASON_KEY, ServiceError
 from orchard.common.logging import bind_call
 from orchard.common.metrics import count_quota_rejection, observe_phase
 from orchard.common.quotas import QUOTA_KEY, Quota, QuotaFile
+from orchard.common.service_edge import PassedOnStatus
 
 from .admission import FairCreateQueue, RateLimiter
 from .auth import ApiKeyAuth
@@ -42,7 +45,6 @@ from .auth import ApiKeyAuth
 log = structlog.get_logger("orchard.gateway")
 
 TENANT_KEY = "orchard-tenant"
-PASSED_TRAILERS = (REASON_KEY, FAULT_KEY, RETRY_AFTER_KEY)
 SANDBOX_SERVICE = sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"]
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -55,11 +57,6 @@ def _pairs(metadata: Any) -> list[tuple[str, str]]:
 def message_class(descriptor: Any) -> type[Message]:
     cls: type[Message] = message_factory.GetMessageClass(descriptor)
     return cls
-
-
-async def abort_with(context: Context, error: ServiceError) -> None:
-    context.set_trailing_metadata(error.trailing_metadata())
-    await context.abort(error.code, error.message)
 
 
 class GatewayService:
@@ -121,25 +118,20 @@ class GatewayService:
             )
             return response
         except grpc.aio.AioRpcError as exc:
-            trailers = tuple(
-                (k, v) for k, v in _pairs(exc.trailing_metadata()) if k in PASSED_TRAILERS
-            )
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and not trailers:
+            passed = PassedOnStatus.of(exc)
+            if passed.code == grpc.StatusCode.UNAVAILABLE and not passed.trailers:
                 log.warning("scheduler unavailable", error=exc.details())
-                await abort_with(
-                    context,
-                    ServiceError(
-                        grpc.StatusCode.UNAVAILABLE,
-                        "BACKEND_FAILURE",
-                        "the scheduler is unavailable",
-                        "infrastructure",
-                    ),
+                raise ServiceError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    "BACKEND_FAILURE",
+                    "the scheduler is unavailable",
+                    "infrastructure",
+                ) from None
+            if passed.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                count_quota_rejection(
+                    "scheduler", tenant, dict(passed.trailers).get(REASON_KEY, "")
                 )
-            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                count_quota_rejection("scheduler", tenant, dict(trailers).get(REASON_KEY, ""))
-            context.set_trailing_metadata(trailers)
-            await context.abort(exc.code(), exc.details() or "")
-        raise AssertionError("unreachable: context.abort raises")
+            raise passed from None
 
     async def create(
         self,
@@ -174,12 +166,8 @@ class GatewayService:
         )
 
         async def handle(request: Message, context: Context) -> Message:
-            try:
-                tenant, quota = self.caller(context)
-                return await step(full_method, response_cls, request, context, tenant, quota)
-            except ServiceError as exc:
-                await abort_with(context, exc)
-            raise AssertionError("unreachable: context.abort raises")
+            tenant, quota = self.caller(context)
+            return await step(full_method, response_cls, request, context, tenant, quota)
 
         return handle
 

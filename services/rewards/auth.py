@@ -15,6 +15,8 @@ from typing import Any
 import grpc
 
 from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
+from orchard.common.errors import infrastructure, unauthenticated
+from orchard.common.service_edge import PassedOnStatus
 
 
 class KeyCheck:
@@ -24,13 +26,11 @@ class KeyCheck:
         self._accepted: dict[str, float] = {}
 
     async def require(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
-        """The caller's API key, accepted by the gateway; aborts the call otherwise."""
+        """The caller's API key, accepted by the gateway; a ServiceError otherwise."""
         metadata = dict(context.invocation_metadata() or ())
         header = str(metadata.get("authorization", ""))
         if not header.lower().startswith("bearer ") or not header[7:].strip():
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED, "missing 'authorization: Bearer <API key>'"
-            )
+            raise unauthenticated("missing 'authorization: Bearer <API key>'", "API_KEY_INVALID")
         key = header[7:].strip()
         digest = hashlib.sha256(key.encode()).hexdigest()
         now = time.monotonic()
@@ -44,9 +44,7 @@ class KeyCheck:
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-                await context.abort(exc.code(), exc.details() or "API key refused")
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE, f"cannot check the API key: gateway {exc.code().name}"
-            )
+                raise PassedOnStatus.of(exc, "API key refused") from None
+            raise infrastructure(f"cannot check the API key: gateway {exc.code().name}") from None
         self._accepted[digest] = now + self._ttl
         return key

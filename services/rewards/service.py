@@ -2,18 +2,22 @@
 
 Bad input is INVALID_ARGUMENT with the field named; a reranker that was not
 configured is FAILED_PRECONDITION; everything a sandbox or a judge did wrong
-is in the answer (``kind``, ``failure``), not an RPC error.
+is in the answer (``kind``, ``failure``), not an RPC error. Refusals are raised
+as :class:`~orchard.common.errors.ServiceError` and leave through the one
+service edge, so they carry the ``orchard-reason`` / ``orchard-fault`` trailers
+like every other service's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
 from orchard._proto.orchard.v1 import rewards_pb2, rewards_pb2_grpc
+from orchard.common.errors import invalid, precondition
 
 from .auth import KeyCheck
 from .judge.client import Judge
@@ -36,20 +40,15 @@ LOG_TAIL = 64 * 1024
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-async def _invalid(context: Context, message: str) -> NoReturn:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
-    raise AssertionError("abort returned")
-
-
-async def _trajectory(context: Context, text: str, field: str) -> list[dict[str, Any]]:
+def _trajectory(text: str, field: str) -> list[dict[str, Any]]:
     if not text:
         return []
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        await _invalid(context, f"{field}: not valid JSON ({exc.msg})")
+        raise invalid(f"{field}: not valid JSON ({exc.msg})") from None
     if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
-        await _invalid(context, f"{field}: must be a JSON list of message objects")
+        raise invalid(f"{field}: must be a JSON list of message objects")
     return value
 
 
@@ -102,17 +101,17 @@ class RewardService(rewards_pb2_grpc.RewardServiceServicer):
     ) -> rewards_pb2.GradeResponse:
         key = await self.keys.require(context)
         if len(request.output) > MAX_TEXT or len(request.instance_json) > MAX_TEXT:
-            await _invalid(context, f"output and instance_json are limited to {MAX_TEXT} bytes")
+            raise invalid(f"output and instance_json are limited to {MAX_TEXT} bytes")
         try:
             instance = parse_instance(request.instance_json)
         except InstanceError as exc:
-            await _invalid(context, f"instance_json: {exc}")
+            raise invalid(f"instance_json: {exc}") from None
         try:
             scheme = RewardScheme(request.scheme or RewardScheme.PM1)
         except ValueError:
-            await _invalid(context, f"scheme: must be one of {[s.value for s in RewardScheme]}")
+            raise invalid(f"scheme: must be one of {[s.value for s in RewardScheme]}") from None
         if not 0 <= request.f2p_weight <= 1 or request.test_timeout_seconds < 0:
-            await _invalid(context, "f2p_weight must be in [0, 1] and test_timeout_seconds >= 0")
+            raise invalid("f2p_weight must be in [0, 1] and test_timeout_seconds >= 0")
         settings = RunnerSettings(
             endpoint=self.settings.gateway,
             api_key=key,
@@ -131,9 +130,9 @@ class RewardService(rewards_pb2_grpc.RewardServiceServicer):
         try:
             template = get_template(request.template)
         except KeyError as exc:
-            await _invalid(context, f"template: {exc.args[0]}")
+            raise invalid(f"template: {exc.args[0]}") from None
         if sum(len(v) for v in request.inputs.values()) > MAX_TEXT:
-            await _invalid(context, f"inputs are limited to {MAX_TEXT} bytes")
+            raise invalid(f"inputs are limited to {MAX_TEXT} bytes")
         verdict = await self.judge.judge(template, dict(request.inputs))
         return rewards_pb2.JudgeResponse(
             has_verdict=verdict.ok,
@@ -148,9 +147,9 @@ class RewardService(rewards_pb2_grpc.RewardServiceServicer):
         self, request: rewards_pb2.ScoreProcessRequest, context: Context
     ) -> rewards_pb2.ScoreProcessResponse:
         await self.keys.require(context)
-        messages = await _trajectory(context, request.trajectory_json, "trajectory_json")
+        messages = _trajectory(request.trajectory_json, "trajectory_json")
         if request.alpha < 0:
-            await _invalid(context, "alpha must be >= 0")
+            raise invalid("alpha must be >= 0")
         reference = Reference(request.gold_patch, tuple(request.fail_to_pass))
         score = await score_process(
             self.judge, request.task, messages, request.patch, request.outcome,
@@ -168,17 +167,15 @@ class RewardService(rewards_pb2_grpc.RewardServiceServicer):
     ) -> rewards_pb2.RankResponse:
         await self.keys.require(context)
         if self.value_model is None:
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
+            raise precondition(
                 "no value model loaded: start the service with --value-model MODEL.npz",
+                "ERROR_REASON_UNSPECIFIED",
             )
         if not request.candidates or len(request.candidates) > MAX_CANDIDATES:
-            await _invalid(context, f"candidates: give 1 to {MAX_CANDIDATES}")
+            raise invalid(f"candidates: give 1 to {MAX_CANDIDATES}")
         rollouts = []
         for i, c in enumerate(request.candidates):
-            trajectory = await _trajectory(
-                context, c.trajectory_json, f"candidates[{i}].trajectory_json"
-            )
+            trajectory = _trajectory(c.trajectory_json, f"candidates[{i}].trajectory_json")
             rollouts.append(
                 Rollout(
                     request.task,

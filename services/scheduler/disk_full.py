@@ -51,3 +51,8 @@ def disk_full_error(detail: str) -> ServiceError:
         f"{detail}"[:1000],
         "infrastructure",
     )
+
+
+def disk_full_status(exc: Exception) -> ServiceError | None:
+    """The scheduler's ``translate`` at the service edge: a full disk, or None."""
+    return disk_full_error(str(exc)) if is_disk_full(exc) else None

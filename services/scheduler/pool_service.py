@@ -17,7 +17,6 @@ from orchard.common.errors import invalid
 from .pool_filler import PoolFiller
 from .pools import WarmPool
 from .service import Context, tenant_of
-from .status import reports_errors
 from .tenant_quota import call_quota
 
 # A hint further ahead than this is more likely a unit mix-up (ms for s) than a plan.
@@ -48,7 +47,6 @@ class PoolServicer(pools_pb2_grpc.PoolServiceServicer):
     def __init__(self, pools: PoolFiller) -> None:
         self.pools = pools
 
-    @reports_errors
     async def ListPools(
         self, request: pools_pb2.ListPoolsRequest, context: Context
     ) -> pools_pb2.ListPoolsResponse:
@@ -57,7 +55,6 @@ class PoolServicer(pools_pb2_grpc.PoolServiceServicer):
             pools=[pool_status(p) for p in self.pools.pools.values()]
         )
 
-    @reports_errors
     async def Hint(self, request: pools_pb2.DemandHint, context: Context) -> pools_pb2.HintResponse:
         tenant = tenant_of(context)
         if not request.template:

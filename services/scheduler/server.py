@@ -8,26 +8,26 @@ sandbox, wait for backend work, close the store.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-import grpc
 import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import ServerObservability
+from orchard.common.service_runner import (
+    CONTROL_PLANE_SERVER_OPTIONS,
+    ServiceRunner,
+    wait_for_stop_signal,
+)
 from orchard.common.tokens import TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
 from .backends.base import CLOSE, Backend, supports
 from .backends.registry import load_backend
+from .disk_full import disk_full_status
 from .lifecycle import SandboxLifecycle
 from .pool_filler import PoolFiller
 from .pool_service import PoolServicer
@@ -41,44 +41,21 @@ from .templates import check_runtime_classes, load_templates
 
 log = structlog.get_logger("orchard.scheduler")
 
-SERVER_OPTIONS = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.max_concurrent_streams", 4096),
-]
-
-
-def public_address(listen: str, port: int) -> str:
-    """The address to give out for a server bound to ``listen`` (wildcards become loopback)."""
-    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
-    if host in ("", "0.0.0.0", "[::]", "::"):
-        host = "127.0.0.1"
-    return f"{host}:{port}"
-
-
-def write_address_file(path: os.PathLike[str] | str, address: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(address + "\n")
-    os.replace(tmp, path)
-
 
 @dataclass
 class RunningScheduler:
     address: str
-    server: grpc.aio.Server
+    runner: ServiceRunner
     lifecycle: SandboxLifecycle
     reaper: TtlReaper
     store: SandboxStore
-    store_home: Path
     pools: PoolFiller
     unregister_metrics: Callable[[], None] = lambda: None
     owns_backend: bool = False
     """The scheduler loaded the backend itself (not handed one), so it closes it on stop."""
 
     async def stop(self, settings: SchedulerSettings) -> None:
-        await self.server.stop(settings.shutdown_grace_seconds)
+        await self.runner.stop(settings.shutdown_grace_seconds)
         self.unregister_metrics()
         await self.pools.stop()
         await self.reaper.stop()
@@ -91,7 +68,6 @@ class RunningScheduler:
         if self.owns_backend and closing is not None:
             await closing.close()
         self.store.close()
-        (self.store_home / "run" / "scheduler.addr").unlink(missing_ok=True)
         log.info("scheduler stopped")
 
 
@@ -108,21 +84,26 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     signer = TokenSigner(layout.keyring_file())
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
-    server = grpc.aio.server(
-        options=SERVER_OPTIONS,
+    runner = ServiceRunner(
+        "scheduler",
+        settings.listen,
+        options=CONTROL_PLANE_SERVER_OPTIONS,
         interceptors=[UndecodableRequests(), ServerObservability("scheduler")],
+        address_file=layout.run / "scheduler.addr",
+        translate=disk_full_status,
     )
     pools = PoolFiller(lifecycle, templates, settings.pools)
-    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(
-        SchedulerService(lifecycle, pools), server
+    runner.add_servicer(
+        sandbox_pb2_grpc.add_SandboxServiceServicer_to_server,  # type: ignore[arg-type]
+        SchedulerService(lifecycle, pools),
+        "orchard.v1.SandboxService",
     )
-    pools_pb2_grpc.add_PoolServiceServicer_to_server(PoolServicer(pools), server)
-    port = server.add_insecure_port(settings.listen)
-    if port == 0:
-        raise RuntimeError(f"cannot listen on {settings.listen}")
-    await server.start()
-    address = public_address(settings.listen, port)
-    write_address_file(layout.run / "scheduler.addr", address)
+    runner.add_servicer(
+        pools_pb2_grpc.add_PoolServiceServicer_to_server,  # type: ignore[arg-type]
+        PoolServicer(pools),
+        "orchard.v1.PoolService",
+    )
+    address = await runner.start()
     reaper = TtlReaper(lifecycle, settings.reap_interval_seconds)
     reaper.start()
     pools.start()
@@ -137,8 +118,9 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     if settings.metrics_listen is not None:
         metrics = serve_metrics(settings.metrics_listen, layout.run / "scheduler.metrics.addr")
         log.info("scheduler metrics", address=metrics)
+    await runner.serving()
     return RunningScheduler(
-        address, server, lifecycle, reaper, store, settings.home, pools, unregister, owns_backend
+        address, runner, lifecycle, reaper, store, pools, unregister, owns_backend
     )
 
 
@@ -146,11 +128,6 @@ async def serve(settings: SchedulerSettings, on_ready: Callable[[str], None] = p
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     running = await start(settings)
     on_ready(running.address)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    with contextlib.suppress(asyncio.CancelledError):
-        await stop.wait()
+    await wait_for_stop_signal()
     log.info("scheduler shutting down")
     await running.stop(settings)

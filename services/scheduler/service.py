@@ -32,7 +32,6 @@ from .backends.base import UPDATE_NETWORK, BackendError, supports
 from .lifecycle import SandboxLifecycle, failed_create_error, lease_end
 from .network_policies import policy_from_proto, policy_to_proto
 from .pool_filler import PoolFiller
-from .status import reports_errors
 from .store import USABLE_STATES, SandboxRecord, State
 from .tenant_quota import COUNTED_STATES, call_quota, check_create_quota, remember_call_quota
 from .validation import validate_create, validate_labels, validate_template_request
@@ -118,7 +117,6 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         msg.network.CopyFrom(policy_to_proto(policy))
         return msg
 
-    @reports_errors
     async def CreateSandbox(
         self, request: sandbox_pb2.CreateSandboxRequest, context: Context
     ) -> sandbox_pb2.Sandbox:
@@ -142,14 +140,12 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
             raise precondition(f"sandbox {rec.id} is {rec.state.name}", "SANDBOX_NOT_READY")
         return self._answer(rec)
 
-    @reports_errors
     async def GetSandbox(
         self, request: sandbox_pb2.GetSandboxRequest, context: Context
     ) -> sandbox_pb2.Sandbox:
         rec = self.lifecycle.get(tenant_of(context), checked_id(request.id))
         return self._answer(rec)
 
-    @reports_errors
     async def ListSandboxes(
         self, request: sandbox_pb2.ListSandboxesRequest, context: Context
     ) -> sandbox_pb2.ListSandboxesResponse:
@@ -160,14 +156,12 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
             sandboxes=[self._with_network(to_proto(r), r) for r in records]
         )
 
-    @reports_errors
     async def DeleteSandbox(
         self, request: sandbox_pb2.DeleteSandboxRequest, context: Context
     ) -> sandbox_pb2.DeleteSandboxResponse:
         await self.lifecycle.delete(tenant_of(context), checked_id(request.id))
         return sandbox_pb2.DeleteSandboxResponse()
 
-    @reports_errors
     async def GetExecutorAccess(
         self, request: sandbox_pb2.GetSandboxRequest, context: Context
     ) -> sandbox_pb2.ExecutorAccess:
@@ -178,7 +172,6 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
             )
         return self._access(rec)
 
-    @reports_errors
     async def KeepAlive(
         self, request: sandbox_pb2.KeepAliveRequest, context: Context
     ) -> sandbox_pb2.Sandbox:
@@ -203,7 +196,6 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
             raise precondition(f"sandbox {rec.id} is no longer running", "SANDBOX_NOT_READY")
         return self._answer(extended)
 
-    @reports_errors
     async def UpdateNetworkPolicy(
         self, request: sandbox_pb2.UpdateNetworkPolicyRequest, context: Context
     ) -> sandbox_pb2.Sandbox:
@@ -230,7 +222,6 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         self.lifecycle.network_policies.save(rec.id, policy)
         return self._answer(rec)
 
-    @reports_errors
     async def ListImages(
         self, request: sandbox_pb2.ListImagesRequest, context: Context
     ) -> sandbox_pb2.ListImagesResponse:

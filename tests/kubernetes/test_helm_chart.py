@@ -278,3 +278,37 @@ def test_the_tls_variants_match_the_schema(version: str) -> None:
     values = {"gateway": {"tls": {"clientCASecret": "trainers-ca"}}}
     for doc in render(values):
         assert schema_errors(doc, version) == [], doc["metadata"]["name"]
+
+
+def test_probes_ask_the_grpc_health_service(
+    rendered: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    """The gateway and scheduler are probed with Kubernetes' native gRPC probe on their gRPC
+    port (the grpc.health.v1 service every Orchard service serves), for readiness and
+    liveness; a sandbox pod's executor for readiness only (a liveness kill would end it)."""
+    values, docs = rendered
+    plain_gateway = render(
+        {**values, "gateway": {**values.get("gateway", {}), "tls": {"enabled": False}}}
+    )
+    for name, component, chart in (
+        ("orchard-gateway", "gateway", plain_gateway),
+        ("orchard-scheduler", "scheduler", docs),
+    ):
+        container = _deployment(chart, name)["spec"]["template"]["spec"]["containers"][0]
+        port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
+        assert port == values.get(component, {}).get("grpcPort", port)
+        assert container["readinessProbe"]["grpc"] == {"port": port}
+        assert container["livenessProbe"]["grpc"] == {"port": port}
+    # With TLS on (the default) the kubelet cannot speak to the gateway's port: it connects.
+    tls_gateway = _deployment(docs, "orchard-gateway")["spec"]["template"]["spec"]["containers"][0]
+    if values.get("gateway", {}).get("tls", {}).get("enabled", True):
+        assert (
+            "tcpSocket" in tls_gateway["readinessProbe"]
+            and "grpc" not in tls_gateway["livenessProbe"]
+        )
+    settings = KubernetesSettings(executor_port=7171)
+    spec = SandboxSpec(sandbox_id="sb-probe1", tenant="dev")
+    pod = m.sandbox_pod(spec, settings, PodTemplate(), deadline_seconds=60)
+    task = pod["spec"]["containers"][0]
+    assert task["readinessProbe"]["grpc"] == {"port": 7171}
+    assert "livenessProbe" not in task

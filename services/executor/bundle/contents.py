@@ -9,7 +9,7 @@ venv points at), never downloaded:
 - ``lib/python3.X/``: the stdlib without what an executor never imports
   (tests, tkinter, idle, ensurepip, lib2to3, the static libpython under
   ``config-*``, site-packages) and ``lib-dynload`` without test modules;
-- ``site/``: the executor's third-party distributions (grpcio, protobuf,
+- ``site/``: the executor's third-party distributions (grpcio, grpcio-health-checking, protobuf,
   uvloop, structlog, opentelemetry, prometheus-client and what they require), copied file by file from their
   installed RECORDs, and the three orchard packages the executor imports
   (``orchard.executor``, ``orchard.common``, ``orchard._proto``) under a
@@ -34,6 +34,7 @@ from .elf_deps import shared_libraries
 # with the bundled python, so a missing one fails the build, not a sandbox).
 EXECUTOR_DISTRIBUTIONS = (
     "grpcio",
+    "grpcio-health-checking",
     "protobuf",
     "uvloop",
     "structlog",

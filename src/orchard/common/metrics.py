@@ -25,13 +25,14 @@ an observation is one lock and an add.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from .address_file import write_address_file
 
 # Buckets from 0.1 ms (an exec of `true` is ~1 ms) to 60 s (a cold image pull).
 LATENCY_BUCKETS = (
@@ -120,8 +121,5 @@ def serve_metrics(listen: str, address_file: Path | None = None) -> str:
     server, _thread = start_http_server(int(port_text or 0), addr=host)
     address = f"{host}:{server.server_port}"
     if address_file is not None:
-        address_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = address_file.with_name(f".{address_file.name}.{os.getpid()}")
-        tmp.write_text(address + "\n")
-        os.replace(tmp, address_file)
+        write_address_file(address_file, address)
     return address

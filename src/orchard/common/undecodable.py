@@ -6,9 +6,10 @@ UTF-8 in a string field, a varint longer than 10 bytes) the call ends with
 ``UNKNOWN: Unexpected <class 'DecodeError'>``, which tells a client nothing
 about whose fault it was and looks like a server crash. :class:`UndecodableRequests`
 swaps each handler's deserializer for one that returns an :class:`Undecodable`
-marker instead of raising, and aborts the call with INVALID_ARGUMENT when the
-servicer would have received it (the first message of a unary call, or any
-message of a request stream). Put it first in a server's interceptor list so
+marker instead of raising, and aborts the call with INVALID_ARGUMENT (reason
+INVALID_FIELD, fault client: :func:`~orchard.common.service_edge.abort_with`)
+when the servicer would have received it (the first message of a unary call,
+or any message of a request stream). Put it first in a server's interceptor list so
 no other interceptor or servicer ever sees the marker.
 """
 
@@ -18,6 +19,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
 
 import grpc
+
+from .errors import invalid
+from .service_edge import abort_with
 
 
 class Undecodable:
@@ -48,8 +52,7 @@ def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
 
 
 async def _refuse(context: grpc.aio.ServicerContext[Any, Any], bad: Undecodable) -> NoReturn:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad.message)
-    raise AssertionError("abort returned")  # pragma: no cover - abort always raises
+    await abort_with(context, invalid(bad.message))
 
 
 async def _checked(

@@ -213,8 +213,11 @@ def sandbox_pod(
                 "ports": [
                     {"name": "executor", "containerPort": settings.executor_port, "protocol": "TCP"}
                 ],
+                # The executor's grpc.health.v1 service (a gRPC probe's port is a number).
+                # No liveness probe: a task that saturates its own CPU limit may delay
+                # the answer, and killing the container would end the sandbox.
                 "readinessProbe": {
-                    "tcpSocket": {"port": "executor"},
+                    "grpc": {"port": settings.executor_port},
                     "periodSeconds": 1,
                     "failureThreshold": 3,
                 },
