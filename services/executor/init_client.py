@@ -38,6 +38,7 @@ from .init_protocol import (
     encode_request,
     encode_signal,
 )
+from .output_budget import OutputCharge
 from .pipes import CappedOutput
 
 
@@ -238,7 +239,7 @@ class InlineOutcome:
 
 
 async def run_inline(
-    socket_path: str, request: InitRequest, limit: int
+    socket_path: str, request: InitRequest, limit: int, charge: OutputCharge | None = None
 ) -> InlineOutcome | StartFailure:
     """Run ``request`` with inline output (no stdin) to completion.
 
@@ -252,7 +253,7 @@ async def run_inline(
         raise ValueError("run_inline needs a request with inline_output")
     loop = asyncio.get_running_loop()
     conn = await _send_request(loop, socket_path, request)
-    reader = _InlineReader(loop, conn, limit)
+    reader = _InlineReader(loop, conn, limit, charge)
     try:
         return await reader.done
     finally:
@@ -269,12 +270,18 @@ INLINE_READS_PER_WAKEUP = 8
 class _InlineReader:
     """Reads the 'D'/'X'/'E' stream of one inline-output command."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, conn: socket.socket, limit: int) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        conn: socket.socket,
+        limit: int,
+        charge: OutputCharge | None,
+    ) -> None:
         self._loop = loop
         self._conn = conn
         self._fd = conn.fileno()
         self._buffer = bytearray()
-        self._outputs = {STDOUT: CappedOutput(limit), STDERR: CappedOutput(limit)}
+        self._outputs = {STDOUT: CappedOutput(limit, charge), STDERR: CappedOutput(limit, charge)}
         self.done: asyncio.Future[InlineOutcome | StartFailure] = loop.create_future()
         loop.add_reader(self._fd, self._on_readable)
         self._reading = True

@@ -3,7 +3,10 @@
 :class:`OutputPipe` reads one pipe with ``loop.add_reader`` and keeps at most
 ``limit`` bytes: past the cap it keeps reading and discarding, so a command
 that floods its output never blocks on a full pipe (it would otherwise never
-exit). :class:`InputPipe` writes stdin without blocking the loop.
+exit). Every kept byte is charged to the call's :class:`OutputCharge` (the
+node's output budget, by fair share); a chunk that does not fit is dropped
+and the charge marks the call refused. :class:`InputPipe` writes stdin
+without blocking the loop.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
+
+from .output_budget import OutputCharge
 
 READ_SIZE = 256 * 1024
 # Reads per readiness callback: enough to empty a full pipe, bounded so one
@@ -22,11 +27,12 @@ READS_PER_WAKEUP = 4
 class CappedOutput:
     """One output stream's bytes, kept up to ``limit``; the rest is dropped and noted."""
 
-    __slots__ = ("_chunks", "_remaining", "truncated")
+    __slots__ = ("_charge", "_chunks", "_remaining", "truncated")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, charge: OutputCharge | None = None) -> None:
         self._chunks: list[bytes] = []
         self._remaining = limit
+        self._charge = charge
         self.truncated = False
 
     def keep(self, data: bytes) -> bytes:
@@ -39,6 +45,9 @@ class CappedOutput:
             data = data[: self._remaining]
             self.truncated = True
         self._remaining -= len(data)
+        if self._charge is not None and not self._charge.take(len(data)):
+            self.truncated = True
+            return b""
         return data
 
     def append(self, data: bytes) -> None:
@@ -65,11 +74,13 @@ class OutputPipe:
         fd: int,
         limit: int,
         on_data: Callable[[bytes], None] | None = None,
+        charge: OutputCharge | None = None,
     ) -> None:
         self._loop = loop
         self._fd: int | None = fd
         self._remaining = limit
         self._on_data = on_data
+        self._charge = charge
         self._chunks: list[bytes] = []
         self.truncated = False
         self.eof: asyncio.Future[None] = loop.create_future()
@@ -101,6 +112,9 @@ class OutputPipe:
             data = data[: self._remaining]
             self.truncated = True
         self._remaining -= len(data)
+        if self._charge is not None and not self._charge.take(len(data)):
+            self.truncated = True
+            return
         if self._on_data is not None:
             self._on_data(data)
         else:

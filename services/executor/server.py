@@ -38,10 +38,12 @@ from .commands import (
 from .exec_quota import ExecSlots
 from .files import SandboxFiles
 from .kill_all import check_signal, kill_all_processes
+from .output_budget import OutputBudget
 from .rpc_errors import streaming, unary
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
 from .settings import ExecutorSettings
+from .shares import call_owner
 from .stream_bounds import SmallMessageLimits, StreamPace, next_or_idle
 
 log = structlog.get_logger("orchard.executor")
@@ -60,7 +62,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             else SandboxDirectory(settings.layout)
         )
         self._limits = OutputLimits(settings.max_output_bytes, settings.output_bytes_ceiling)
-        self.sessions = SessionTable()
+        self._output = OutputBudget(settings.output_shares)
+        self.sessions = SessionTable(settings.session_shares)
         self._exec_slots = ExecSlots()
         self._injected = settings.in_sandbox_run_dir is not None
         self._idle_seconds = settings.stream_idle_seconds
@@ -80,8 +83,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         sandbox = self._sandbox(start.sandbox_id, context)
         check_command_fields(start)
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=bool(request.stdin))
-        with self._exec_slots.hold():
-            return await run_exec(prepared, request.stdin)
+        with self._exec_slots.hold(), self._output.charge(call_owner(sandbox.sandbox_id)) as charge:
+            return await run_exec(prepared, request.stdin, charge)
 
     @streaming
     async def Exec(
@@ -94,9 +97,9 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         sandbox = self._sandbox(start.sandbox_id, context)
         check_command_fields(start)
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=start.stdin)
-        stream = ExecStream(prepared)
         pump: asyncio.Task[None] | None = None
-        with self._exec_slots.hold():
+        with self._exec_slots.hold(), self._output.charge(call_owner(sandbox.sandbox_id)) as charge:
+            stream = ExecStream(prepared, charge)
             try:
                 await stream.start()
                 pace = StreamPace(self._small_limits, "Exec", capped=False)
@@ -123,19 +126,19 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             user=request.user,
         )
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=False)
-        session = await self.sessions.create(prepared)
+        session = await self.sessions.create(prepared, call_owner(sandbox.sandbox_id))
         log.info("session created", sandbox_id=request.sandbox_id, session_id=session.session_id)
         return pb.Session(sandbox_id=request.sandbox_id, session_id=session.session_id)
 
     @unary
     async def SessionRun(self, request: pb.SessionRunRequest, context: Context) -> pb.RunResponse:
-        self._sandbox(request.sandbox_id, context)
+        sandbox = self._sandbox(request.sandbox_id, context)
         check_session_command(request.command)
         check_timeout(request.timeout_seconds)
         limit = self._limits.for_request(request.max_output_bytes)
         session = self.sessions.get(request.sandbox_id, request.session_id)
-        with self._exec_slots.hold():
-            return await session.run(request.command, request.timeout_seconds, limit)
+        with self._exec_slots.hold(), self._output.charge(call_owner(sandbox.sandbox_id)) as charge:
+            return await session.run(request.command, request.timeout_seconds, limit, charge)
 
     @unary
     async def InterruptSession(

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import secrets
 
+from .output_budget import OutputCharge
+
 # $1 is the marker. `continue 1000` resumes the outermost loop: ours.
 LOOP_SCRIPT = r"""
 __orchard_marker=$1
@@ -59,10 +61,12 @@ class MarkedStream:
 
     Output of the running command is kept up to its cap (the rest is counted
     as truncated but still scanned for the marker). Output arriving between
-    commands (a background job) is kept, bounded, for the next command.
+    commands (a background job) is kept, bounded, for the next command: 64
+    KiB per stream, uncharged, so a node full of idle sessions (4096) holds
+    at most 512 MiB of it.
     """
 
-    BACKLOG_BYTES = 1 << 20
+    BACKLOG_BYTES = 64 << 10
 
     def __init__(self, marker: bytes) -> None:
         self._marker = marker
@@ -70,13 +74,15 @@ class MarkedStream:
         self._active = False
         self._kept = bytearray()
         self._limit = 0
+        self._charge: OutputCharge | None = None
         self.truncated = False
         self.found = False
 
-    def begin(self, limit: int) -> None:
+    def begin(self, limit: int, charge: OutputCharge | None = None) -> None:
         self._active = True
         self._kept = bytearray()
         self._limit = limit
+        self._charge = charge
         self.truncated = False
         self.found = False
         self._scan()
@@ -108,6 +114,9 @@ class MarkedStream:
         if len(data) > room:
             self.truncated = True
             data = data[: max(room, 0)]
+        if data and self._charge is not None and not self._charge.take(len(data)):
+            self.truncated = True
+            return
         self._kept += data
 
     def take(self) -> bytes:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from orchard.common.layout import NodeLayout
 
+from .shares import ShareLimits
+
 MIB = 1 << 20
 
 
@@ -20,6 +22,20 @@ class ExecutorSettings:
     """Per-stream output cap when a request says 0: keeps a flood from eating memory."""
     output_bytes_ceiling: int = 256 * MIB
     """The largest per-stream cap a request may ask for."""
+    output_bytes_per_sandbox: int = 256 * MIB
+    """Command output the executor holds for one sandbox's calls at once (shares.py);
+    a call whose output does not fit is refused (``$ORCHARD_OUTPUT_MIB_PER_SANDBOX``)."""
+    output_bytes_per_tenant: int = 512 * MIB
+    """The same for all of one tenant's sandboxes (``$ORCHARD_OUTPUT_MIB_PER_TENANT``)."""
+    output_bytes_node: int = 1024 * MIB
+    """The same for the whole node: the bound of the executor's output memory
+    (``$ORCHARD_OUTPUT_MIB_NODE``)."""
+    sessions_per_sandbox: int = 32
+    """Live shell sessions one sandbox may hold (``$ORCHARD_SESSIONS_PER_SANDBOX``)."""
+    sessions_per_tenant: int = 512
+    """Live shell sessions one tenant may hold on this node (``$ORCHARD_SESSIONS_PER_TENANT``)."""
+    sessions_node: int = 4096
+    """Live shell sessions of the whole node."""
     max_receive_message_bytes: int = 64 * MIB
     """Largest request message (a Run's whole stdin, a file chunk)."""
     stream_idle_seconds: float = 300.0
@@ -42,6 +58,16 @@ class ExecutorSettings:
     token_key: bytes | None = None
     """The token key itself, already read (injected mode reads it and removes the
     file before any sandbox code can run); None = read ``token_key_path``."""
+
+    @property
+    def output_shares(self) -> ShareLimits:
+        return ShareLimits(
+            self.output_bytes_per_sandbox, self.output_bytes_per_tenant, self.output_bytes_node
+        )
+
+    @property
+    def session_shares(self) -> ShareLimits:
+        return ShareLimits(self.sessions_per_sandbox, self.sessions_per_tenant, self.sessions_node)
 
     @property
     def layout(self) -> NodeLayout:

@@ -85,7 +85,8 @@ class ExecutorProcess:
     address: str
 
     @classmethod
-    def start(cls, home: Path) -> ExecutorProcess:
+    def start(cls, home: Path, env: dict[str, str] | None = None) -> ExecutorProcess:
+        """``env``: extra environment (e.g. the executor's share settings)."""
         with open(home / "executor.log", "ab") as log:
             process = subprocess.Popen(
                 [
@@ -99,6 +100,7 @@ class ExecutorProcess:
                 ],
                 stdout=subprocess.PIPE,
                 stderr=log,
+                env={**os.environ, **(env or {})},
             )
         assert process.stdout is not None
         line = process.stdout.readline().decode().strip()
