@@ -36,9 +36,13 @@ def with_shares(settings: ExecutorSettings) -> ExecutorSettings:
     """``settings`` with the fair shares of the node's pools (settings.py) from the environment."""
     return dataclasses.replace(
         settings,
-        output_bytes_per_sandbox=_env_number("ORCHARD_OUTPUT_MIB_PER_SANDBOX", 256) * MIB,
-        output_bytes_per_tenant=_env_number("ORCHARD_OUTPUT_MIB_PER_TENANT", 512) * MIB,
-        output_bytes_node=_env_number("ORCHARD_OUTPUT_MIB_NODE", 1024) * MIB,
+        output_bytes_per_sandbox=_env_number("ORCHARD_OUTPUT_MIB_PER_SANDBOX", 512) * MIB,
+        output_bytes_per_tenant=_env_number("ORCHARD_OUTPUT_MIB_PER_TENANT", 1024) * MIB,
+        output_bytes_node=_env_number("ORCHARD_OUTPUT_MIB_NODE", 2048) * MIB,
+        output_bytes_per_second_per_tenant=_env_number(
+            "ORCHARD_OUTPUT_MIB_PER_SECOND_PER_TENANT", 64
+        )
+        * MIB,
         sessions_per_sandbox=_env_number("ORCHARD_SESSIONS_PER_SANDBOX", 32),
         sessions_per_tenant=_env_number("ORCHARD_SESSIONS_PER_TENANT", 512),
     )

@@ -21,7 +21,7 @@ from .output_budget import OutputCharge
 READ_SIZE = 256 * 1024
 # Reads per readiness callback: enough to empty a full pipe, bounded so one
 # flooding command cannot starve the loop.
-READS_PER_WAKEUP = 4
+READS_PER_WAKEUP = 1
 
 
 class CappedOutput:
@@ -46,6 +46,9 @@ class CappedOutput:
             self.truncated = True
         self._remaining -= len(data)
         if self._charge is not None and not self._charge.take(len(data)):
+            # The call is refused: what was kept is freed now, not when the
+            # frames that still reference this object are collected.
+            self._chunks.clear()
             self.truncated = True
             return b""
         return data
@@ -81,6 +84,7 @@ class OutputPipe:
         self._remaining = limit
         self._on_data = on_data
         self._charge = charge
+        self._resume: asyncio.TimerHandle | None = None
         self._chunks: list[bytes] = []
         self.truncated = False
         self.eof: asyncio.Future[None] = loop.create_future()
@@ -89,6 +93,12 @@ class OutputPipe:
     def _on_readable(self) -> None:
         fd = self._fd
         if fd is None:
+            return
+        if self._charge is not None and (pause := self._charge.pause_seconds()) > 0:
+            # The tenant is past its output pace: leave the pipe unread a moment
+            # (the command blocks on it, as on a slow terminal).
+            self._loop.remove_reader(fd)
+            self._resume = self._loop.call_later(pause, self._read_again)
             return
         for _ in range(READS_PER_WAKEUP):
             try:
@@ -100,6 +110,8 @@ class OutputPipe:
             if not data:
                 self.close()
                 return
+            if self._charge is not None:
+                self._charge.read(len(data))
             self._keep(data)
             if len(data) < READ_SIZE:
                 return
@@ -113,12 +125,18 @@ class OutputPipe:
             self.truncated = True
         self._remaining -= len(data)
         if self._charge is not None and not self._charge.take(len(data)):
+            self._chunks.clear()  # the call is refused: free what was kept now
             self.truncated = True
             return
         if self._on_data is not None:
             self._on_data(data)
         else:
             self._chunks.append(data)
+
+    def _read_again(self) -> None:
+        self._resume = None
+        if self._fd is not None:
+            self._loop.add_reader(self._fd, self._on_readable)
 
     def data(self) -> bytes:
         if len(self._chunks) == 1:
@@ -135,6 +153,9 @@ class OutputPipe:
         if fd is None:
             return
         self._fd = None
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
         self._loop.remove_reader(fd)
         os.close(fd)
         if not self.eof.done():

@@ -38,7 +38,7 @@ from .commands import (
 from .exec_quota import ExecSlots
 from .files import SandboxFiles
 from .kill_all import check_signal, kill_all_processes
-from .output_budget import OutputBudget
+from .output_budget import STREAMED_WEIGHT, OutputBudget, OutputPace
 from .rpc_errors import streaming, unary
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
@@ -62,7 +62,10 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             else SandboxDirectory(settings.layout)
         )
         self._limits = OutputLimits(settings.max_output_bytes, settings.output_bytes_ceiling)
-        self._output = OutputBudget(settings.output_shares)
+        pace = OutputPace(
+            settings.output_bytes_per_second_per_tenant, settings.output_pace_burst_bytes
+        )
+        self._output = OutputBudget(settings.output_shares, pace)
         self.sessions = SessionTable(settings.session_shares)
         self._exec_slots = ExecSlots()
         self._injected = settings.in_sandbox_run_dir is not None
@@ -98,7 +101,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         check_command_fields(start)
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=start.stdin)
         pump: asyncio.Task[None] | None = None
-        with self._exec_slots.hold(), self._output.charge(call_owner(sandbox.sandbox_id)) as charge:
+        owner = call_owner(sandbox.sandbox_id)
+        with self._exec_slots.hold(), self._output.charge(owner, STREAMED_WEIGHT) as charge:
             stream = ExecStream(prepared, charge)
             try:
                 await stream.start()

@@ -115,6 +115,7 @@ class MarkedStream:
             self.truncated = True
             data = data[: max(room, 0)]
         if data and self._charge is not None and not self._charge.take(len(data)):
+            self._kept = bytearray()  # the call is refused: free what was kept now
             self.truncated = True
             return
         self._kept += data

@@ -22,14 +22,21 @@ class ExecutorSettings:
     """Per-stream output cap when a request says 0: keeps a flood from eating memory."""
     output_bytes_ceiling: int = 256 * MIB
     """The largest per-stream cap a request may ask for."""
-    output_bytes_per_sandbox: int = 256 * MIB
-    """Command output the executor holds for one sandbox's calls at once (shares.py);
-    a call whose output does not fit is refused (``$ORCHARD_OUTPUT_MIB_PER_SANDBOX``)."""
-    output_bytes_per_tenant: int = 512 * MIB
+    output_bytes_per_sandbox: int = 512 * MIB
+    """Memory for command output the executor holds for one sandbox's calls at once
+    (output_budget.py: a buffered byte counts four times, for its copies); a call whose
+    output does not fit is refused (``$ORCHARD_OUTPUT_MIB_PER_SANDBOX``)."""
+    output_bytes_per_tenant: int = 1024 * MIB
     """The same for all of one tenant's sandboxes (``$ORCHARD_OUTPUT_MIB_PER_TENANT``)."""
-    output_bytes_node: int = 1024 * MIB
+    output_bytes_node: int = 2048 * MIB
     """The same for the whole node: the bound of the executor's output memory
     (``$ORCHARD_OUTPUT_MIB_NODE``)."""
+    output_bytes_per_second_per_tenant: int = 64 * MIB
+    """Pace of reading one tenant's command output (output_budget.OutputPace): past it,
+    its pipes wait, so a flood cannot take the loop every call shares; 0 = unpaced
+    (``$ORCHARD_OUTPUT_MIB_PER_SECOND_PER_TENANT``)."""
+    output_pace_burst_bytes: int = 32 * MIB
+    """Output a tenant may have read at once before the pace applies."""
     sessions_per_sandbox: int = 32
     """Live shell sessions one sandbox may hold (``$ORCHARD_SESSIONS_PER_SANDBOX``)."""
     sessions_per_tenant: int = 512
