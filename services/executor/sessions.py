@@ -1,9 +1,10 @@
 """Persistent shell sessions: one long-lived bash per session, one command at a time.
 
 A session is a bash started through orchard-init with SESSION_FDS (see
-:mod:`session_shell` for the loop it runs). :class:`ShellSession` sends one
-command, waits for its end markers on stdout and stderr and its exit code on
-fd 3, and handles interrupts, timeouts and the shell exiting.
+:mod:`session_shell` for the loop it runs, and why its results cannot be
+forged). :class:`ShellSession` sends one command, waits for its exit code on
+fd 3, then sends a fresh end marker and waits for it on stdout and stderr,
+and handles interrupts, timeouts and the shell exiting.
 :class:`SessionTable` holds the node's sessions by id, each charged to its
 owner's share (:mod:`shares`: per sandbox, per tenant, per node; one over is
 RESOURCE_EXHAUSTED / QUOTA_EXCEEDED), so one tenant's session flood leaves
@@ -49,15 +50,17 @@ class ShellSession:
     """One running session shell."""
 
     def __init__(
-        self, session_id: str, sandbox: Sandbox, command: InitCommand, marker: bytes, owner: Owner
+        self, session_id: str, sandbox: Sandbox, command: InitCommand, owner: Owner
     ) -> None:
         self.session_id = session_id
         self.sandbox_id = sandbox.sandbox_id
         self.owner = owner
         self._command = command
         loop = asyncio.get_running_loop()
-        self._stdout = MarkedStream(marker)
-        self._stderr = MarkedStream(marker)
+        self._stdout = MarkedStream()
+        self._stderr = MarkedStream()
+        self._marker_sent = True
+        self._marker_write: asyncio.Task[None] | None = None
         self._status_text = bytearray()
         self._statuses: collections.deque[int] = collections.deque()
         self._progress: asyncio.Event = asyncio.Event()
@@ -89,7 +92,19 @@ class ShellSession:
             text = bytes(self._status_text[:end])
             del self._status_text[: end + 1]
             self._statuses.append(int(text) if text.isdigit() else 255)
+        if self._statuses and not self._marker_sent:
+            self._send_marker()
         self._progress.set()
+
+    def _send_marker(self) -> None:
+        """The command's status is in: only now does its end marker exist."""
+        self._marker_sent = True
+        marker = new_marker()
+        self._stdout.expect(marker)
+        self._stderr.expect(marker)
+        self._marker_write = asyncio.get_running_loop().create_task(
+            self._control.write(marker + b"\0")
+        )
 
     def _on_exit(self, fut: asyncio.Future[ExitReport]) -> None:
         if self.dead_reason is None:
@@ -143,6 +158,7 @@ class ShellSession:
             self._stdout.begin(limit, charge)
             self._stderr.begin(limit, charge)
             self._statuses.clear()
+            self._marker_sent = False
             await self._control.write(text.encode("utf-8", "surrogateescape") + b"\0")
             deadline = started + timeout_seconds if timeout_seconds > 0 else None
             try:
@@ -261,9 +277,8 @@ class SessionTable:
             raise
 
     async def _start(self, prepared: PreparedExec, owner: Owner) -> ShellSession:
-        marker = new_marker()
         request = InitRequest(
-            argv=session_argv(marker),
+            argv=session_argv(),
             env=prepared.request.env,
             cwd=prepared.request.cwd,
             uid=prepared.request.uid,
@@ -283,7 +298,7 @@ class SessionTable:
             _, message = start_failure_result(PreparedExec(prepared.sandbox, request, 0), started)
             raise precondition(message.decode().strip(), "SESSION_DEAD")
         session_id = f"s-{secrets.token_hex(8)}"
-        session = ShellSession(session_id, prepared.sandbox, started, marker, owner)
+        session = ShellSession(session_id, prepared.sandbox, started, owner)
         self._live[session_id] = session
         return session
 

@@ -256,3 +256,47 @@ def test_session_flood_is_capped_per_sandbox_and_per_tenant(node: Node) -> None:
     finally:
         for sandbox_id, session_id in opened:
             node.close_session(sandbox_id, session_id)
+
+
+FORGER = r"""
+import os, sys
+shell = os.getppid()  # the session's bash: this process is its command's child
+argv = open(f"/proc/{shell}/cmdline", "rb").read().split(b"\0")
+markers = [a for a in argv if b"orchard-end" in a]
+for name in os.listdir(f"/proc/{shell}/fd"):
+    if int(name) <= 2:
+        continue
+    try:
+        fd = os.open(f"/proc/{shell}/fd/{name}", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        continue
+    try:
+        os.write(fd, b"0\0")
+    except OSError:
+        pass
+    os.close(fd)
+for marker in markers:
+    sys.stdout.buffer.write(marker)
+    sys.stderr.buffer.write(marker)
+sys.stdout.flush()
+sys.stderr.flush()
+"""
+
+
+def test_a_child_process_cannot_forge_a_session_result(node: Node, tmp_path: Path) -> None:
+    """Issue 12 ("Lower"): the session marker sat in bash's argv and the status
+    channel was a pipe any same-uid process could reopen under /proc, so a process
+    the command started could end the command early with exit 0."""
+    forger = tmp_path / "forger.py"
+    forger.write_text(FORGER)
+    session = node.create_session(VICTIM)
+    try:
+        result = node.session_run(
+            VICTIM, session, f"echo before; python3 {forger}; echo after; false"
+        )
+        assert result.status.exit_code == 1, result
+        assert result.stdout.startswith(b"before\n") and result.stdout.endswith(b"after\n"), result
+        again = node.session_run(VICTIM, session, "echo next")
+        assert again.stdout == b"next\n" and again.status.exit_code == 0, again
+    finally:
+        node.close_session(VICTIM, session)
