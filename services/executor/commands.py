@@ -257,6 +257,8 @@ class _OomWatch:
 
 async def drain(pipes: list[OutputPipe]) -> None:
     """Wait briefly for EOF on every pipe, then stop reading the rest."""
+    for p in pipes:
+        p.unpause()
     pending = [p.eof for p in pipes if not p.closed]
     if pending:
         await asyncio.wait(pending, timeout=DRAIN_GRACE_SECONDS)

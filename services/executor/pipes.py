@@ -138,6 +138,13 @@ class OutputPipe:
         if self._fd is not None:
             self._loop.add_reader(self._fd, self._on_readable)
 
+    def unpause(self) -> None:
+        """Read now even if paused: the command has exited, and what is left in the
+        pipe (at most its capacity) must not be lost to the drain's short grace."""
+        if self._resume is not None:
+            self._resume.cancel()
+            self._read_again()
+
     def data(self) -> bytes:
         if len(self._chunks) == 1:
             return self._chunks[0]

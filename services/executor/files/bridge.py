@@ -82,6 +82,8 @@ class TransferWorkers:
         try:
             await asyncio.wait_for(asyncio.shield(granted), self._wait_seconds)
         except TimeoutError:
+            if granted.done() and not granted.cancelled():
+                return  # granted in the same loop turn as the timeout: it is ours
             why = self.ledger.refusal(owner, 1) or "the node's file workers are busy"
             raise quota_exceeded(
                 f"no file-transfer worker free after {self._wait_seconds:g} s: {why}",
