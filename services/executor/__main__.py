@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 
@@ -26,6 +27,26 @@ from orchard.common.tls_args import add_tls_arguments
 from .in_sandbox import TOKEN_KEY_FILE, take_token_key
 from .server import serve
 from .settings import MIB, ExecutorSettings
+
+
+def _env_number(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+def with_shares(settings: ExecutorSettings) -> ExecutorSettings:
+    """``settings`` with the fair shares of the node's pools (settings.py) from the environment."""
+    return dataclasses.replace(
+        settings,
+        output_bytes_per_sandbox=_env_number("ORCHARD_OUTPUT_MIB_PER_SANDBOX", 512) * MIB,
+        output_bytes_per_tenant=_env_number("ORCHARD_OUTPUT_MIB_PER_TENANT", 1024) * MIB,
+        output_bytes_node=_env_number("ORCHARD_OUTPUT_MIB_NODE", 2048) * MIB,
+        output_bytes_per_second_per_tenant=_env_number(
+            "ORCHARD_OUTPUT_MIB_PER_SECOND_PER_TENANT", 64
+        )
+        * MIB,
+        sessions_per_sandbox=_env_number("ORCHARD_SESSIONS_PER_SANDBOX", 32),
+        sessions_per_tenant=_env_number("ORCHARD_SESSIONS_PER_TENANT", 512),
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
@@ -87,14 +108,16 @@ def parse_args(argv: list[str] | None = None) -> ExecutorSettings:
             token_key=take_token_key(run_dir / TOKEN_KEY_FILE),
             tls=tls,
         )
-    return ExecutorSettings(
-        home=args.home or orchard_home(),
-        listen=args.listen,
-        max_output_bytes=args.max_output_mib * MIB,
-        stream_idle_seconds=args.stream_idle_seconds,
-        max_small_messages_per_stream=args.max_small_messages,
-        small_messages_per_second=args.small_messages_per_second,
-        tls=tls,
+    return with_shares(
+        ExecutorSettings(
+            home=args.home or orchard_home(),
+            listen=args.listen,
+            max_output_bytes=args.max_output_mib * MIB,
+            stream_idle_seconds=args.stream_idle_seconds,
+            max_small_messages_per_stream=args.max_small_messages,
+            small_messages_per_second=args.small_messages_per_second,
+            tls=tls,
+        )
     )
 
 

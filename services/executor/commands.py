@@ -18,8 +18,9 @@ import dataclasses
 import errno as errno_codes
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 
@@ -37,6 +38,7 @@ from .init_protocol import (
     StartFailure,
 )
 from .oom import read_oom_kills
+from .output_budget import OutputCharge
 from .pipes import CappedOutput, InputPipe, OutputPipe
 from .sandboxes import Sandbox
 
@@ -53,6 +55,8 @@ MAX_TIMEOUT_SECONDS = 30 * 24 * 3600.0
 DRAIN_GRACE_SECONDS = 0.1
 
 SIGKILL = 9
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +257,8 @@ class _OomWatch:
 
 async def drain(pipes: list[OutputPipe]) -> None:
     """Wait briefly for EOF on every pipe, then stop reading the rest."""
+    for p in pipes:
+        p.unpause()
     pending = [p.eof for p in pipes if not p.closed]
     if pending:
         await asyncio.wait(pending, timeout=DRAIN_GRACE_SECONDS)
@@ -260,10 +266,36 @@ async def drain(pipes: list[OutputPipe]) -> None:
         p.close()
 
 
-async def run_exec(prepared: PreparedExec, stdin: bytes) -> pb.RunResponse:
-    """Run to completion and return the whole (capped) output."""
+async def unless_refused(work: Awaitable[T], charge: OutputCharge | None) -> T:
+    """``work``'s result, or the charge's refusal as soon as the output stops fitting.
+
+    On a refusal a task made here from a coroutine is cancelled (the inline
+    reader then closes its connection, which kills the command's tree); a
+    future passed in (a command's ``exited``) is left to its owner's close.
+    """
+    if charge is None:
+        return await work
+    owned = not isinstance(work, asyncio.Future)
+    task = asyncio.ensure_future(work)
+    refused = asyncio.ensure_future(charge.refused.wait())
+    try:
+        await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
+        if charge.why is not None:
+            raise charge.error()
+        return task.result()
+    finally:
+        refused.cancel()
+        if owned and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+
+
+async def run_exec(
+    prepared: PreparedExec, stdin: bytes, charge: OutputCharge | None = None
+) -> pb.RunResponse:
+    """Run to completion and return the whole (capped) output, charged to ``charge``."""
     if not prepared.request.stdin:
-        return await _run_inline(prepared)
+        return await _run_inline(prepared, charge)
     watch = _OomWatch(prepared.sandbox)
     started = await _start(prepared)
     if isinstance(started, StartFailure):
@@ -271,17 +303,19 @@ async def run_exec(prepared: PreparedExec, stdin: bytes) -> pb.RunResponse:
         return pb.RunResponse(stderr=message, status=pb.ExecStatus(exit_code=code))
     command = started
     loop = asyncio.get_running_loop()
-    stdout = OutputPipe(loop, command.take_fd("stdout_fd"), prepared.output_limit)
-    stderr = OutputPipe(loop, command.take_fd("stderr_fd"), prepared.output_limit)
+    stdout = OutputPipe(loop, command.take_fd("stdout_fd"), prepared.output_limit, charge=charge)
+    stderr = OutputPipe(loop, command.take_fd("stderr_fd"), prepared.output_limit, charge=charge)
     feeder: asyncio.Task[None] | None = None
     try:
         if prepared.request.stdin:
             feeder = asyncio.create_task(_feed_stdin(loop, command.take_fd("stdin_fd"), stdin))
         try:
-            report = await command.exited
+            report = await unless_refused(command.exited, charge)
         except InitUnavailable as exc:
             raise _infrastructure_lost(exc) from exc
         await drain([stdout, stderr])
+        if charge is not None and charge.why is not None:
+            raise charge.error()
         status = exec_status(report, stdout, stderr, watch.killed(report))
         return pb.RunResponse(stdout=stdout.data(), stderr=stderr.data(), status=status)
     finally:
@@ -292,13 +326,16 @@ async def run_exec(prepared: PreparedExec, stdin: bytes) -> pb.RunResponse:
         command.close()
 
 
-async def _run_inline(prepared: PreparedExec) -> pb.RunResponse:
+async def _run_inline(prepared: PreparedExec, charge: OutputCharge | None) -> pb.RunResponse:
     """A Run without stdin: the shim forwards the output on its connection
     (one socket, usually one wake-up, instead of three fds)."""
     watch = _OomWatch(prepared.sandbox)
     request = dataclasses.replace(prepared.request, inline_output=True)
     try:
-        outcome = await run_inline(prepared.sandbox.socket_path, request, prepared.output_limit)
+        outcome = await unless_refused(
+            run_inline(prepared.sandbox.socket_path, request, prepared.output_limit, charge),
+            charge,
+        )
     except InitUnavailable as exc:
         raise _infrastructure_lost(exc) from exc
     if isinstance(outcome, StartFailure):
@@ -322,11 +359,14 @@ class ExecStream:
 
     Events (``pb.ExecEvent``) are queued as the pipes produce them; the last
     one is always ``exit``. The queue is bounded by the output caps, since
-    output past a cap is dropped before it is queued.
+    output past a cap is dropped before it is queued, and its bytes are
+    charged to ``charge`` until the client takes them: a client that stops
+    reading while its command floods ends with the charge's refusal.
     """
 
-    def __init__(self, prepared: PreparedExec) -> None:
+    def __init__(self, prepared: PreparedExec, charge: OutputCharge | None = None) -> None:
         self._prepared = prepared
+        self._charge = charge
         self._events: asyncio.Queue[pb.ExecEvent | ServiceError | None] = asyncio.Queue()
         self._command: InitCommand | None = None
         self._stdin: InputPipe | None = None
@@ -346,8 +386,9 @@ class ExecStream:
         command = self._command = started
         loop = asyncio.get_running_loop()
         limit = self._prepared.output_limit
-        stdout = OutputPipe(loop, command.take_fd("stdout_fd"), limit, self._emit("stdout"))
-        stderr = OutputPipe(loop, command.take_fd("stderr_fd"), limit, self._emit("stderr"))
+        charge = self._charge
+        stdout = OutputPipe(loop, command.take_fd("stdout_fd"), limit, self._emit("stdout"), charge)
+        stderr = OutputPipe(loop, command.take_fd("stderr_fd"), limit, self._emit("stderr"), charge)
         self._pipes = [stdout, stderr]
         if self._prepared.request.stdin:
             self._stdin = InputPipe(loop, command.take_fd("stdin_fd"))
@@ -363,10 +404,14 @@ class ExecStream:
         self, command: InitCommand, stdout: OutputPipe, stderr: OutputPipe, watch: _OomWatch
     ) -> None:
         try:
-            report = await command.exited
+            report = await unless_refused(command.exited, self._charge)
             await drain([stdout, stderr])
+            if self._charge is not None and self._charge.why is not None:
+                raise self._charge.error()
             status = exec_status(report, stdout, stderr, watch.killed(report))
             self._events.put_nowait(pb.ExecEvent(exit=status))
+        except ServiceError as exc:
+            self._events.put_nowait(exc)
         except InitUnavailable as exc:
             self._events.put_nowait(_infrastructure_lost(exc))
         finally:
@@ -377,6 +422,8 @@ class ExecStream:
         item = await self._events.get()
         if isinstance(item, ServiceError):
             raise item
+        if item is not None and self._charge is not None:
+            self._charge.give_back(len(item.stdout) + len(item.stderr))
         return item
 
     def fail(self, error: Exception) -> None:

@@ -38,6 +38,7 @@ from .init_protocol import (
     encode_request,
     encode_signal,
 )
+from .output_budget import OutputCharge
 from .pipes import CappedOutput
 
 
@@ -238,7 +239,7 @@ class InlineOutcome:
 
 
 async def run_inline(
-    socket_path: str, request: InitRequest, limit: int
+    socket_path: str, request: InitRequest, limit: int, charge: OutputCharge | None = None
 ) -> InlineOutcome | StartFailure:
     """Run ``request`` with inline output (no stdin) to completion.
 
@@ -252,7 +253,7 @@ async def run_inline(
         raise ValueError("run_inline needs a request with inline_output")
     loop = asyncio.get_running_loop()
     conn = await _send_request(loop, socket_path, request)
-    reader = _InlineReader(loop, conn, limit)
+    reader = _InlineReader(loop, conn, limit, charge)
     try:
         return await reader.done
     finally:
@@ -263,23 +264,36 @@ async def run_inline(
 MAX_DATA_FRAME = 1 << 20
 INLINE_RECV_SIZE = 256 * 1024
 # Reads per readiness callback, bounded so one flooding command cannot starve the loop.
-INLINE_READS_PER_WAKEUP = 8
+INLINE_READS_PER_WAKEUP = 1
 
 
 class _InlineReader:
     """Reads the 'D'/'X'/'E' stream of one inline-output command."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, conn: socket.socket, limit: int) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        conn: socket.socket,
+        limit: int,
+        charge: OutputCharge | None,
+    ) -> None:
         self._loop = loop
         self._conn = conn
         self._fd = conn.fileno()
         self._buffer = bytearray()
-        self._outputs = {STDOUT: CappedOutput(limit), STDERR: CappedOutput(limit)}
+        self._outputs = {STDOUT: CappedOutput(limit, charge), STDERR: CappedOutput(limit, charge)}
+        self._charge = charge
+        self._resume: asyncio.TimerHandle | None = None
         self.done: asyncio.Future[InlineOutcome | StartFailure] = loop.create_future()
         loop.add_reader(self._fd, self._on_readable)
         self._reading = True
 
     def _on_readable(self) -> None:
+        if self._charge is not None and (pause := self._charge.pause_seconds()) > 0:
+            # The tenant is past its output pace: leave the socket unread a moment.
+            self._stop_reading()
+            self._resume = self._loop.call_later(pause, self._read_again)
+            return
         for _ in range(INLINE_READS_PER_WAKEUP):
             try:
                 data = self._conn.recv(INLINE_RECV_SIZE)
@@ -291,6 +305,8 @@ class _InlineReader:
             if not data:
                 self._fail("orchard-init closed the connection before the command's exit report")
                 return
+            if self._charge is not None:
+                self._charge.read(len(data))
             self._buffer += data
             try:
                 if self._parse():
@@ -354,8 +370,17 @@ class _InlineReader:
             self._reading = False
             self._loop.remove_reader(self._fd)
 
+    def _read_again(self) -> None:
+        self._resume = None
+        if not self._reading and not self.done.done() and self._conn.fileno() >= 0:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
     def close(self) -> None:
         """Stop reading and close the connection (kills a tree still running)."""
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
         self._stop_reading()
         self._conn.close()
 

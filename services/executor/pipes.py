@@ -3,7 +3,10 @@
 :class:`OutputPipe` reads one pipe with ``loop.add_reader`` and keeps at most
 ``limit`` bytes: past the cap it keeps reading and discarding, so a command
 that floods its output never blocks on a full pipe (it would otherwise never
-exit). :class:`InputPipe` writes stdin without blocking the loop.
+exit). Every kept byte is charged to the call's :class:`OutputCharge` (the
+node's output budget, by fair share); a chunk that does not fit is dropped
+and the charge marks the call refused. :class:`InputPipe` writes stdin
+without blocking the loop.
 """
 
 from __future__ import annotations
@@ -13,20 +16,23 @@ import contextlib
 import os
 from collections.abc import Callable
 
+from .output_budget import OutputCharge
+
 READ_SIZE = 256 * 1024
 # Reads per readiness callback: enough to empty a full pipe, bounded so one
 # flooding command cannot starve the loop.
-READS_PER_WAKEUP = 4
+READS_PER_WAKEUP = 1
 
 
 class CappedOutput:
     """One output stream's bytes, kept up to ``limit``; the rest is dropped and noted."""
 
-    __slots__ = ("_chunks", "_remaining", "truncated")
+    __slots__ = ("_charge", "_chunks", "_remaining", "truncated")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, charge: OutputCharge | None = None) -> None:
         self._chunks: list[bytes] = []
         self._remaining = limit
+        self._charge = charge
         self.truncated = False
 
     def keep(self, data: bytes) -> bytes:
@@ -39,6 +45,12 @@ class CappedOutput:
             data = data[: self._remaining]
             self.truncated = True
         self._remaining -= len(data)
+        if self._charge is not None and not self._charge.take(len(data)):
+            # The call is refused: what was kept is freed now, not when the
+            # frames that still reference this object are collected.
+            self._chunks.clear()
+            self.truncated = True
+            return b""
         return data
 
     def append(self, data: bytes) -> None:
@@ -65,11 +77,14 @@ class OutputPipe:
         fd: int,
         limit: int,
         on_data: Callable[[bytes], None] | None = None,
+        charge: OutputCharge | None = None,
     ) -> None:
         self._loop = loop
         self._fd: int | None = fd
         self._remaining = limit
         self._on_data = on_data
+        self._charge = charge
+        self._resume: asyncio.TimerHandle | None = None
         self._chunks: list[bytes] = []
         self.truncated = False
         self.eof: asyncio.Future[None] = loop.create_future()
@@ -78,6 +93,12 @@ class OutputPipe:
     def _on_readable(self) -> None:
         fd = self._fd
         if fd is None:
+            return
+        if self._charge is not None and (pause := self._charge.pause_seconds()) > 0:
+            # The tenant is past its output pace: leave the pipe unread a moment
+            # (the command blocks on it, as on a slow terminal).
+            self._loop.remove_reader(fd)
+            self._resume = self._loop.call_later(pause, self._read_again)
             return
         for _ in range(READS_PER_WAKEUP):
             try:
@@ -89,6 +110,8 @@ class OutputPipe:
             if not data:
                 self.close()
                 return
+            if self._charge is not None:
+                self._charge.read(len(data))
             self._keep(data)
             if len(data) < READ_SIZE:
                 return
@@ -101,10 +124,26 @@ class OutputPipe:
             data = data[: self._remaining]
             self.truncated = True
         self._remaining -= len(data)
+        if self._charge is not None and not self._charge.take(len(data)):
+            self._chunks.clear()  # the call is refused: free what was kept now
+            self.truncated = True
+            return
         if self._on_data is not None:
             self._on_data(data)
         else:
             self._chunks.append(data)
+
+    def _read_again(self) -> None:
+        self._resume = None
+        if self._fd is not None:
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    def unpause(self) -> None:
+        """Read now even if paused: the command has exited, and what is left in the
+        pipe (at most its capacity) must not be lost to the drain's short grace."""
+        if self._resume is not None:
+            self._resume.cancel()
+            self._read_again()
 
     def data(self) -> bytes:
         if len(self._chunks) == 1:
@@ -121,6 +160,9 @@ class OutputPipe:
         if fd is None:
             return
         self._fd = None
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
         self._loop.remove_reader(fd)
         os.close(fd)
         if not self.eof.done():

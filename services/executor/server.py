@@ -39,9 +39,11 @@ from .commands import (
 from .exec_quota import ExecSlots
 from .files import SandboxFiles
 from .kill_all import check_signal, kill_all_processes
+from .output_budget import STREAMED_WEIGHT, OutputBudget, OutputPace
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
 from .settings import ExecutorSettings
+from .shares import call_owner
 from .stream_bounds import SmallMessageLimits, StreamPace, next_or_idle
 
 log = structlog.get_logger("orchard.executor")
@@ -60,7 +62,11 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             else SandboxDirectory(settings.layout)
         )
         self._limits = OutputLimits(settings.max_output_bytes, settings.output_bytes_ceiling)
-        self.sessions = SessionTable()
+        pace = OutputPace(
+            settings.output_bytes_per_second_per_tenant, settings.output_pace_burst_bytes
+        )
+        self._output = OutputBudget(settings.output_shares, pace)
+        self.sessions = SessionTable(settings.session_shares)
         self._exec_slots = ExecSlots()
         self._injected = settings.in_sandbox_run_dir is not None
         self._idle_seconds = settings.stream_idle_seconds
@@ -79,8 +85,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         sandbox = self._sandbox(start.sandbox_id, context)
         check_command_fields(start)
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=bool(request.stdin))
-        with self._exec_slots.hold():
-            return await run_exec(prepared, request.stdin)
+        with self._exec_slots.hold(), self._output.charge(call_owner(sandbox.sandbox_id)) as charge:
+            return await run_exec(prepared, request.stdin, charge)
 
     async def Exec(
         self, request_iterator: AsyncIterator[pb.ExecRequest], context: Context
@@ -92,9 +98,10 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         sandbox = self._sandbox(start.sandbox_id, context)
         check_command_fields(start)
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=start.stdin)
-        stream = ExecStream(prepared)
         pump: asyncio.Task[None] | None = None
-        with self._exec_slots.hold():
+        owner = call_owner(sandbox.sandbox_id)
+        with self._exec_slots.hold(), self._output.charge(owner, STREAMED_WEIGHT) as charge:
+            stream = ExecStream(prepared, charge)
             try:
                 await stream.start()
                 pace = StreamPace(self._small_limits, "Exec", capped=False)
@@ -120,18 +127,18 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             user=request.user,
         )
         prepared = await prepare_exec(sandbox, start, self._limits, stdin=False)
-        session = await self.sessions.create(prepared)
+        session = await self.sessions.create(prepared, call_owner(sandbox.sandbox_id))
         log.info("session created", sandbox_id=request.sandbox_id, session_id=session.session_id)
         return pb.Session(sandbox_id=request.sandbox_id, session_id=session.session_id)
 
     async def SessionRun(self, request: pb.SessionRunRequest, context: Context) -> pb.RunResponse:
-        self._sandbox(request.sandbox_id, context)
+        sandbox = self._sandbox(request.sandbox_id, context)
         check_session_command(request.command)
         check_timeout(request.timeout_seconds)
         limit = self._limits.for_request(request.max_output_bytes)
         session = self.sessions.get(request.sandbox_id, request.session_id)
-        with self._exec_slots.hold():
-            return await session.run(request.command, request.timeout_seconds, limit)
+        with self._exec_slots.hold(), self._output.charge(call_owner(sandbox.sandbox_id)) as charge:
+            return await session.run(request.command, request.timeout_seconds, limit, charge)
 
     async def InterruptSession(
         self, request: pb.SessionRef, context: Context

@@ -1,10 +1,16 @@
 """Persistent shell sessions: one long-lived bash per session, one command at a time.
 
 A session is a bash started through orchard-init with SESSION_FDS (see
-:mod:`session_shell` for the loop it runs). :class:`ShellSession` sends one
-command, waits for its end markers on stdout and stderr and its exit code on
-fd 3, and handles interrupts, timeouts and the shell exiting.
-:class:`SessionTable` holds the node's sessions by id.
+:mod:`session_shell` for the loop it runs, and why its results cannot be
+forged). :class:`ShellSession` sends one command, waits for its exit code on
+fd 3, then sends a fresh end marker and waits for it on stdout and stderr,
+and handles interrupts, timeouts and the shell exiting.
+:class:`SessionTable` holds the node's sessions by id, each charged to its
+owner's share (:mod:`shares`: per sandbox, per tenant, per node; one over is
+RESOURCE_EXHAUSTED / QUOTA_EXCEEDED), so one tenant's session flood leaves
+room for the others. A command's kept output is charged to the call's
+output budget (:mod:`output_budget`); output that does not fit is dropped
+and the call is refused once the command has ended.
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ import secrets
 import time
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
-from orchard.common.errors import infrastructure, invalid, not_found, precondition
+from orchard.common.errors import infrastructure, invalid, not_found, precondition, quota_exceeded
 
 from .commands import PreparedExec, start_failure_result
 from .init_client import InitCommand, InitUnavailable, start_command
 from .init_protocol import STAGE_EXEC, ExitReport, InitRequest, StartFailure
+from .output_budget import OutputCharge
 from .pipes import InputPipe, OutputPipe
 from .sandboxes import Sandbox
 from .session_shell import MarkedStream, new_marker, session_argv
+from .shares import Owner, ShareLedger, ShareLimits
 
 SIGINT = 2
 # How long an interrupted (timed-out) command may take to stop before the
@@ -33,7 +41,7 @@ INTERRUPT_GRACE_SECONDS = 2.0
 # After the shell exits, how long to wait for its pipes to reach EOF.
 EXIT_DRAIN_SECONDS = 0.1
 MAX_COMMAND_BYTES = 1 << 20
-MAX_SESSIONS = 4096
+SESSION_RETRY_AFTER_SECONDS = 5.0
 # Ended sessions remembered so a later call gets SESSION_DEAD, not NOT_FOUND.
 MAX_TOMBSTONES = 1024
 
@@ -42,14 +50,17 @@ class ShellSession:
     """One running session shell."""
 
     def __init__(
-        self, session_id: str, sandbox: Sandbox, command: InitCommand, marker: bytes
+        self, session_id: str, sandbox: Sandbox, command: InitCommand, owner: Owner
     ) -> None:
         self.session_id = session_id
         self.sandbox_id = sandbox.sandbox_id
+        self.owner = owner
         self._command = command
         loop = asyncio.get_running_loop()
-        self._stdout = MarkedStream(marker)
-        self._stderr = MarkedStream(marker)
+        self._stdout = MarkedStream()
+        self._stderr = MarkedStream()
+        self._marker_sent = True
+        self._marker_write: asyncio.Task[None] | None = None
         self._status_text = bytearray()
         self._statuses: collections.deque[int] = collections.deque()
         self._progress: asyncio.Event = asyncio.Event()
@@ -81,7 +92,19 @@ class ShellSession:
             text = bytes(self._status_text[:end])
             del self._status_text[: end + 1]
             self._statuses.append(int(text) if text.isdigit() else 255)
+        if self._statuses and not self._marker_sent:
+            self._send_marker()
         self._progress.set()
+
+    def _send_marker(self) -> None:
+        """The command's status is in: only now does its end marker exist."""
+        self._marker_sent = True
+        marker = new_marker()
+        self._stdout.expect(marker)
+        self._stderr.expect(marker)
+        self._marker_write = asyncio.get_running_loop().create_task(
+            self._control.write(marker + b"\0")
+        )
 
     def _on_exit(self, fut: asyncio.Future[ExitReport]) -> None:
         if self.dead_reason is None:
@@ -117,7 +140,9 @@ class ShellSession:
                 await asyncio.wait_for(self._progress.wait(), remaining)
         return True
 
-    async def run(self, text: str, timeout_seconds: float, limit: int) -> pb.RunResponse:
+    async def run(
+        self, text: str, timeout_seconds: float, limit: int, charge: OutputCharge | None = None
+    ) -> pb.RunResponse:
         """Run one command in the shell (SESSION_BUSY if one is running)."""
         if self.busy:
             raise precondition(
@@ -130,9 +155,10 @@ class ShellSession:
         self.busy = True
         started = time.monotonic()
         try:
-            self._stdout.begin(limit)
-            self._stderr.begin(limit)
+            self._stdout.begin(limit, charge)
+            self._stderr.begin(limit, charge)
             self._statuses.clear()
+            self._marker_sent = False
             await self._control.write(text.encode("utf-8", "surrogateescape") + b"\0")
             deadline = started + timeout_seconds if timeout_seconds > 0 else None
             try:
@@ -154,6 +180,10 @@ class ShellSession:
                     with contextlib.suppress(InitUnavailable):
                         await asyncio.wait_for(asyncio.shield(self._command.exited), 5)
             duration = time.monotonic() - started
+            if charge is not None and charge.why is not None:
+                self._stdout.take()
+                self._stderr.take()
+                raise charge.error()
             if done:
                 code = self._statuses.popleft()
                 return self._response(code, 0, timed_out, duration)
@@ -225,20 +255,30 @@ class ShellSession:
 class SessionTable:
     """The node's live sessions by id, and recently ended ones."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: ShareLimits) -> None:
+        self._shares = ShareLedger(limits, "sessions")
         self._live: dict[str, ShellSession] = {}
         self._ended: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()
 
-    async def create(self, prepared: PreparedExec) -> ShellSession:
+    async def create(self, prepared: PreparedExec, owner: Owner) -> ShellSession:
         self._sweep()
-        if len(self._live) >= MAX_SESSIONS:
-            raise precondition(
-                f"this node already has {MAX_SESSIONS} sessions; close some first",
-                "QUOTA_EXCEEDED",
+        refusal = self._shares.refusal(owner, 1)
+        if refusal is not None:
+            raise quota_exceeded(
+                f"no more sessions: {refusal}; close some first",
+                retry_after=SESSION_RETRY_AFTER_SECONDS,
             )
-        marker = new_marker()
+        # Counted while it starts, so concurrent creates cannot pass the share together.
+        self._shares.add(owner, 1)
+        try:
+            return await self._start(prepared, owner)
+        except BaseException:
+            self._shares.remove(owner, 1)
+            raise
+
+    async def _start(self, prepared: PreparedExec, owner: Owner) -> ShellSession:
         request = InitRequest(
-            argv=session_argv(marker),
+            argv=session_argv(),
             env=prepared.request.env,
             cwd=prepared.request.cwd,
             uid=prepared.request.uid,
@@ -258,7 +298,7 @@ class SessionTable:
             _, message = start_failure_result(PreparedExec(prepared.sandbox, request, 0), started)
             raise precondition(message.decode().strip(), "SESSION_DEAD")
         session_id = f"s-{secrets.token_hex(8)}"
-        session = ShellSession(session_id, prepared.sandbox, started, marker)
+        session = ShellSession(session_id, prepared.sandbox, started, owner)
         self._live[session_id] = session
         return session
 
@@ -285,10 +325,14 @@ class SessionTable:
             return
         session.close()
         # Closed on request: later calls get SESSION_NOT_FOUND, not SESSION_DEAD.
-        self._live.pop(session_id, None)
+        self._forget(session)
+
+    def _forget(self, session: ShellSession) -> None:
+        if self._live.pop(session.session_id, None) is not None:
+            self._shares.remove(session.owner, 1)
 
     def _bury(self, session: ShellSession) -> None:
-        self._live.pop(session.session_id, None)
+        self._forget(session)
         self._ended[session.session_id] = (session.sandbox_id, session.dead_reason or "ended")
         while len(self._ended) > MAX_TOMBSTONES:
             self._ended.popitem(last=False)
@@ -300,7 +344,7 @@ class SessionTable:
     def close_all(self) -> None:
         for session in list(self._live.values()):
             session.close()
-        self._live.clear()
+            self._forget(session)
 
 
 def check_session_command(text: str) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 from orchard.common.layout import NodeLayout
 from orchard.common.tls import ServerTLS
 
+from .shares import ShareLimits
+
 MIB = 1 << 20
 
 
@@ -21,6 +23,27 @@ class ExecutorSettings:
     """Per-stream output cap when a request says 0: keeps a flood from eating memory."""
     output_bytes_ceiling: int = 256 * MIB
     """The largest per-stream cap a request may ask for."""
+    output_bytes_per_sandbox: int = 512 * MIB
+    """Memory for command output the executor holds for one sandbox's calls at once
+    (output_budget.py: a buffered byte counts four times, for its copies); a call whose
+    output does not fit is refused (``$ORCHARD_OUTPUT_MIB_PER_SANDBOX``)."""
+    output_bytes_per_tenant: int = 1024 * MIB
+    """The same for all of one tenant's sandboxes (``$ORCHARD_OUTPUT_MIB_PER_TENANT``)."""
+    output_bytes_node: int = 2048 * MIB
+    """The same for the whole node: the bound of the executor's output memory
+    (``$ORCHARD_OUTPUT_MIB_NODE``)."""
+    output_bytes_per_second_per_tenant: int = 64 * MIB
+    """Pace of reading one tenant's command output (output_budget.OutputPace): past it,
+    its pipes wait, so a flood cannot take the loop every call shares; 0 = unpaced
+    (``$ORCHARD_OUTPUT_MIB_PER_SECOND_PER_TENANT``)."""
+    output_pace_burst_bytes: int = 32 * MIB
+    """Output a tenant may have read at once before the pace applies."""
+    sessions_per_sandbox: int = 32
+    """Live shell sessions one sandbox may hold (``$ORCHARD_SESSIONS_PER_SANDBOX``)."""
+    sessions_per_tenant: int = 512
+    """Live shell sessions one tenant may hold on this node (``$ORCHARD_SESSIONS_PER_TENANT``)."""
+    sessions_node: int = 4096
+    """Live shell sessions of the whole node."""
     max_receive_message_bytes: int = 64 * MIB
     """Largest request message (a Run's whole stdin, a file chunk)."""
     stream_idle_seconds: float = 300.0
@@ -50,6 +73,16 @@ class ExecutorSettings:
     then never cross the network in the clear. The certificate must be valid for the address
     the scheduler hands out (its ``--executor-address``; ``--executor-tls`` tells clients).
     None = plaintext; ``unix:`` sockets are always plaintext."""
+
+    @property
+    def output_shares(self) -> ShareLimits:
+        return ShareLimits(
+            self.output_bytes_per_sandbox, self.output_bytes_per_tenant, self.output_bytes_node
+        )
+
+    @property
+    def session_shares(self) -> ShareLimits:
+        return ShareLimits(self.sessions_per_sandbox, self.sessions_per_tenant, self.sessions_node)
 
     @property
     def layout(self) -> NodeLayout:

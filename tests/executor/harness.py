@@ -85,7 +85,11 @@ class ExecutorProcess:
     address: str
 
     @classmethod
-    def start(cls, home: Path, *extra_args: str) -> ExecutorProcess:
+    def start(
+        cls, home: Path, *extra_args: str, env: dict[str, str] | None = None
+    ) -> ExecutorProcess:
+        """``extra_args``: more executor flags (TLS); ``env``: extra environment (e.g. the
+        executor's share settings)."""
         with open(home / "executor.log", "ab") as log:
             process = subprocess.Popen(
                 [
@@ -100,6 +104,7 @@ class ExecutorProcess:
                 ],
                 stdout=subprocess.PIPE,
                 stderr=log,
+                env={**os.environ, **(env or {})},
             )
         assert process.stdout is not None
         line = process.stdout.readline().decode().strip()

@@ -9,7 +9,6 @@ before their first item when the request itself is refused.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from orchard._proto.orchard.v1 import executor_pb2
 
 from . import tarstream, transfer
-from .bridge import transfer_pool
+from .bridge import transfer_workers
 from .users import lookup_user
 
 
@@ -59,5 +58,4 @@ class SandboxFiles:
 
     async def lookup_user(self, user: str) -> tuple[int, int, str]:
         """:func:`lookup_user` off the event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(transfer_pool(), partial(lookup_user, self.root, user))
+        return await (await transfer_workers().run(partial(lookup_user, self.root, user)))

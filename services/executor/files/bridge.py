@@ -1,7 +1,8 @@
 """Moving chunks between the event loop and one worker thread per transfer.
 
 File I/O blocks, so each transfer runs its blocking part as one task on a
-bounded thread pool (not a thread hop per chunk: at 1 MiB chunks that would be
+bounded thread pool, handed out by fair share (:class:`TransferWorkers`: per
+sandbox, per tenant, per node) so one tenant cannot hold every worker (not a thread hop per chunk: at 1 MiB chunks that would be
 cheap, but clients may send 64 KiB ones). Both directions are flow-controlled
 with a small credit window, so a slow client makes the worker wait instead of
 making the executor buffer a whole file or tree, and a fast client cannot push
@@ -15,6 +16,7 @@ temp files removed, fds closed).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import queue
@@ -23,26 +25,112 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar, cast
 
+from orchard.common.errors import quota_exceeded
+
+from ..shares import Owner, ShareLedger, ShareLimits, call_owner
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 DEFAULT_MAX_PENDING = 4
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+WORKERS_ENV = "ORCHARD_FILE_WORKERS"
+WORKERS_PER_TENANT_ENV = "ORCHARD_FILE_WORKERS_PER_TENANT"
+WORKERS_PER_SANDBOX_ENV = "ORCHARD_FILE_WORKERS_PER_SANDBOX"
+WORKER_WAIT_ENV = "ORCHARD_FILE_WORKER_WAIT_SECONDS"
+RETRY_AFTER_SECONDS = 1.0
+_workers: TransferWorkers | None = None
+_workers_lock = threading.Lock()
 
 
-def transfer_pool() -> ThreadPoolExecutor:
-    """The node-wide pool for file transfers (``ORCHARD_FILE_WORKERS``, default 32).
+class TransferWorkers:
+    """The node-wide pool of file-transfer threads, handed out by fair share.
 
-    A transfer holds a worker for its whole duration, so this bounds how many
-    run at once; later ones queue until a worker is free.
+    A transfer holds a worker for its whole duration (a slow client holds it
+    while it dawdles), so the pool is a node-wide resource one tenant could
+    take whole. Each transfer first gets a share (:class:`ShareLedger`: per
+    sandbox, per tenant, node total = the pool size), so the pool never
+    queues internally and one tenant always leaves workers to the others. A
+    transfer over its share waits, holding no thread, in arrival order among
+    those that fit; after ``wait_seconds`` it is refused with
+    RESOURCE_EXHAUSTED naming the share that is full.
     """
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            workers = int(os.environ.get("ORCHARD_FILE_WORKERS", "32"))
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="orchard-files")
-        return _pool
+
+    def __init__(self, limits: ShareLimits, wait_seconds: float) -> None:
+        self.ledger = ShareLedger(limits, "file transfers")
+        self._wait_seconds = wait_seconds
+        self._pool = ThreadPoolExecutor(max_workers=limits.node, thread_name_prefix="orchard-files")
+        self._waiters: collections.deque[tuple[Owner, asyncio.Future[None]]] = collections.deque()
+
+    async def run(self, fn: Callable[..., R], *args: Any) -> asyncio.Future[R]:
+        """Start ``fn(*args)`` on a worker once the call's owner has a share free."""
+        owner = call_owner()
+        await self._admit(owner)
+        try:
+            worker = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        except BaseException:
+            self._release(owner)
+            raise
+        worker.add_done_callback(lambda _: self._release(owner))
+        return worker
+
+    async def _admit(self, owner: Owner) -> None:
+        if self.ledger.try_add(owner, 1):
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (owner, granted)
+        self._waiters.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(granted), self._wait_seconds)
+        except TimeoutError:
+            if granted.done() and not granted.cancelled():
+                return  # granted in the same loop turn as the timeout: it is ours
+            why = self.ledger.refusal(owner, 1) or "the node's file workers are busy"
+            raise quota_exceeded(
+                f"no file-transfer worker free after {self._wait_seconds:g} s: {why}",
+                retry_after=RETRY_AFTER_SECONDS,
+            ) from None
+        except BaseException:
+            if granted.done() and not granted.cancelled():
+                self._release(owner)  # granted just as the caller went away
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(entry)
+            if not granted.done():
+                granted.cancel()
+
+    def _release(self, owner: Owner) -> None:
+        self.ledger.remove(owner, 1)
+        for entry in list(self._waiters):
+            waiter, granted = entry
+            if granted.done():
+                self._waiters.remove(entry)
+            elif self.ledger.try_add(waiter, 1):
+                self._waiters.remove(entry)
+                granted.set_result(None)
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
+def transfer_workers() -> TransferWorkers:
+    """The node's transfer workers (``ORCHARD_FILE_WORKERS``, default 32; per tenant
+    ``ORCHARD_FILE_WORKERS_PER_TENANT``, default half; per sandbox
+    ``ORCHARD_FILE_WORKERS_PER_SANDBOX``, default a quarter; waiting at most
+    ``ORCHARD_FILE_WORKER_WAIT_SECONDS``, default 30)."""
+    global _workers
+    with _workers_lock:
+        if _workers is None:
+            node = max(1, _env_int(WORKERS_ENV, 32))
+            limits = ShareLimits(
+                per_sandbox=_env_int(WORKERS_PER_SANDBOX_ENV, max(1, node // 4)),
+                per_tenant=_env_int(WORKERS_PER_TENANT_ENV, max(1, node // 2)),
+                node=node,
+            )
+            wait = float(os.environ.get(WORKER_WAIT_ENV, "30"))
+            _workers = TransferWorkers(limits, wait)
+        return _workers
 
 
 class TransferAborted(Exception):
@@ -130,7 +218,7 @@ async def stream_from_thread(
     """
     loop = asyncio.get_running_loop()
     outbox: Outbox[T] = Outbox(loop, max_pending)
-    worker = loop.run_in_executor(transfer_pool(), outbox._run, produce)
+    worker = await transfer_workers().run(outbox._run, produce)
     worker.add_done_callback(_consume_result)
     try:
         while True:
@@ -228,7 +316,7 @@ async def feed_thread(
     loop = asyncio.get_running_loop()
     space = asyncio.Semaphore(max_pending)
     source = ChunkSource(loop, space)
-    worker = loop.run_in_executor(transfer_pool(), consume, source)
+    worker = await transfer_workers().run(consume, source)
     worker.add_done_callback(_consume_result)
 
     async def pump() -> None:

@@ -163,6 +163,18 @@ static int make_pipe(int fds[2]) {
     return (fds[0] < 0 || fds[1] < 0) ? -1 : 0;
 }
 
+/* A session's status (fd 3) and control (fd 4) channels are socket pairs, not
+ * pipes: a pipe can be opened again through /proc/<pid>/fd/N by any process
+ * of the same uid (a command's child could write a forged exit status into the
+ * shell's status pipe); open() of a socket there fails with ENXIO. */
+static int make_channel(int fds[2]) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+        return -1;
+    fds[0] = lift_fd(fds[0]);
+    fds[1] = lift_fd(fds[1]);
+    return (fds[0] < 0 || fds[1] < 0) ? -1 : 0;
+}
+
 static void close_fd(int *fd) {
     if (*fd >= 0) {
         close(*fd);
@@ -953,7 +965,7 @@ static void run_shim(int conn) {
         }
     }
     if (ok && (req.flags & FLAG_SESSION_FDS))
-        ok = make_pipe(fd3_pipe) == 0 && make_pipe(fd4_pipe) == 0;
+        ok = make_channel(fd3_pipe) == 0 && make_channel(fd4_pipe) == 0;
     if (!ok) {
         send_error(conn, errno, STAGE_OTHER);
         _exit(1);
