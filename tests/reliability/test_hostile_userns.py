@@ -131,3 +131,14 @@ def test_nested_user_namespace_still_refused(stack: Stack) -> None:
     with _create(stack) as sandbox:
         r = sandbox.exec("unshare --user true")
         assert r.exit_code != 0, r
+
+
+def test_a_networked_sandbox_runs_in_its_namespace_too(stack: Stack) -> None:
+    # Its network namespace is made on the host (owned by host root), then joined.
+    with _create(stack, network="internet") as sandbox:
+        r = sandbox.exec("cat /proc/self/uid_map /proc/net/dev")
+        assert r.exit_code == 0, r
+        first = r.stdout_text.split()
+        assert first[0] == "0" and int(first[1]) >= 65536, r.stdout_text
+        names = [line.split(":")[0].strip() for line in r.stdout_text.splitlines() if ":" in line]
+        assert any(name != "lo" for name in names), names  # its veth end, not only loopback
