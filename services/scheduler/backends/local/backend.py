@@ -135,7 +135,13 @@ class LocalBackend:
             oci_config.tenant_group(spec.tenant)
         except ValueError as err:
             raise BackendError.invalid(str(err)) from None
-        self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable runtime class
+        bundle = self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable class
+        if self.uid_ranges is not None and bundle is not None:
+            raise BackendError.invalid(
+                "user namespaces (ORCHARD_USERNS=1) are implemented for sandboxes served by "
+                f"the node executor (runtime class 'runc'), not {spec.runtime_class or 'injected'!r}",
+                reason="UNSUPPORTED",
+            )
         if spec.runtime_class == RUNTIME_RUNSC and spec.network.networked:
             raise BackendError.invalid(
                 f"runtime class 'runsc' supports network mode 'none' only, not "
@@ -354,12 +360,6 @@ class LocalBackend:
     ) -> BackendSandbox:
         if self.uid_ranges is None:
             return self._start_in(sandbox, spec, image, init_binary, None)
-        if spec.runtime_class not in ("", RUNTIME_RUNC) or self.settings.executor_bundle:
-            raise BackendError.invalid(
-                "user namespaces (ORCHARD_USERNS=1) are implemented for runtime class 'runc' "
-                "served by the node executor only, not injected or runsc sandboxes",
-                reason="UNSUPPORTED",
-            )
         uid_range = self.uid_ranges.claim(sandbox.dir)
         # runc mounts the root from inside the namespace: the sandbox's root must reach
         # its folder (search only; the files there keep their own modes).
