@@ -6,7 +6,7 @@ created one at a time through the SDK (create returns READY) and deleted, after
 one warm-up; then ``--rounds`` alternations so both settings see the same machine
 load. Prints one JSON object.
 
-    flock /tmp/orchard-heavy.lock .venv/bin/python loadtest/bench_userns.py [--creates 20]
+    flock /tmp/orchard-heavy.lock .venv/bin/python -m loadtest.bench_userns [--creates 20]
 """
 
 from __future__ import annotations
