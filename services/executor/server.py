@@ -193,7 +193,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             raise invalid("the first WriteFileRequest must be `header`")
         header = first.header
         sandbox = self._sandbox(header.sandbox_id, context)
-        files = SandboxFiles(sandbox.rootfs)
+        files = SandboxFiles(sandbox.rootfs, owner=sandbox.meta.root_uid)
         size = await files.write_file(
             header.path,
             header.mode,
@@ -211,7 +211,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             raise invalid("the first UploadRequest must be `header`")
         header = first.header
         sandbox = self._sandbox(header.sandbox_id, context)
-        files = SandboxFiles(sandbox.rootfs)
+        files = SandboxFiles(sandbox.rootfs, owner=sandbox.meta.root_uid)
         count, size = await files.upload(header.path, self._data_chunks(requests, "UploadRequest"))
         return pb.UploadResponse(files=count, bytes=size)
 

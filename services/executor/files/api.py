@@ -30,9 +30,10 @@ class SandboxFiles:
     mounted below it is not the sandbox's to hand out).
     """
 
-    def __init__(self, root: Path, *, same_mount: bool = True) -> None:
+    def __init__(self, root: Path, *, same_mount: bool = True, owner: int = 0) -> None:
         self.root = Path(root)
         self.same_mount = same_mount
+        self.owner = owner  # host uid of the sandbox's root (SandboxMeta.root_uid)
 
     async def read_file(self, path: str) -> AsyncIterator[executor_pb2.FileChunk]:
         """The file's chunks (~1 MiB); the first carries FileInfo (size, permission bits)."""
@@ -44,12 +45,14 @@ class SandboxFiles:
     ) -> int:
         """Write ``data`` atomically to ``path`` (mode 0 = 0644); return the size."""
         return await transfer.write_file(
-            self.root, path, mode, make_parents, data, same_mount=self.same_mount
+            self.root, path, mode, make_parents, data, same_mount=self.same_mount, owner=self.owner
         )
 
     async def upload(self, dest: str, data: AsyncIterator[bytes]) -> tuple[int, int]:
         """Unpack a tar stream (plain, gzip, bzip2 or xz) into ``dest``; (files, bytes)."""
-        return await tarstream.upload(self.root, dest, data, same_mount=self.same_mount)
+        return await tarstream.upload(
+            self.root, dest, data, same_mount=self.same_mount, owner=self.owner
+        )
 
     async def download(self, path: str) -> AsyncIterator[bytes]:
         """A tar stream of the file or tree at ``path``, in ~1 MiB chunks."""

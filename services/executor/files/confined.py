@@ -69,8 +69,11 @@ class ConfinedRoot:
     caching fds across requests.
     """
 
-    def __init__(self, root_fd: int, *, same_mount: bool = True) -> None:
+    def __init__(self, root_fd: int, *, same_mount: bool = True, owner: int = 0) -> None:
         self.fd = root_fd
+        # Host uid/gid of the sandbox's root (its user namespace's range, or 0): what
+        # the executor (host root) creates is chowned to it, so it is root's inside.
+        self.owner = owner
         self.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS
         # Below a fixed directory fd (upload destinations, download walks).
         self.resolve_beneath = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
@@ -79,7 +82,7 @@ class ConfinedRoot:
             self.resolve_beneath |= RESOLVE_NO_XDEV
 
     @classmethod
-    def open(cls, root: Path, *, same_mount: bool = True) -> ConfinedRoot:
+    def open(cls, root: Path, *, same_mount: bool = True, owner: int = 0) -> ConfinedRoot:
         """Open the host directory ``root`` (a trusted host path from the node layout)."""
         try:
             fd = os.open(root, O_PATH_DIR)
@@ -88,7 +91,16 @@ class ConfinedRoot:
                 f"the sandbox's root filesystem is not available ({err.strerror})",
                 "SANDBOX_NOT_READY",
             ) from err
-        return cls(fd, same_mount=same_mount)
+        return cls(fd, same_mount=same_mount, owner=owner)
+
+    def own(self, name: str, dir_fd: int) -> None:
+        """Give the entry just created at ``name`` (not followed) to the sandbox's root."""
+        if self.owner:
+            os.chown(name, self.owner, self.owner, dir_fd=dir_fd, follow_symlinks=False)
+
+    def own_fd(self, fd: int) -> None:
+        if self.owner:
+            os.fchown(fd, self.owner, self.owner)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -187,6 +199,7 @@ class ConfinedRoot:
                     raise fs_error(err, prefix.display) from err
             try:
                 os.mkdir(prefix.name, DIR_MODE, dir_fd=parent_fd)
+                self.own(prefix.name, parent_fd)
             except FileExistsError:
                 # Raced with a concurrent mkdir -- or a dangling symlink sits
                 # there (mkdirat does not follow it); retry the lookup.

@@ -95,6 +95,7 @@ class _Unpacker:
 
     def __init__(self, confined: ConfinedRoot, dest_fd: int, dest: SandboxPath) -> None:
         self.dest_fd = dest_fd
+        self.confined = confined
         self.dest = dest.display
         self.resolve = confined.resolve_beneath
         self.files = 0
@@ -136,6 +137,7 @@ class _Unpacker:
         parent = self.parent_fd(parts[:-1])
         try:
             os.mkdir(parts[-1], 0o755, dir_fd=parent)
+            self.confined.own(parts[-1], parent)
         except FileExistsError:
             pass
         except OSError as err:
@@ -188,6 +190,7 @@ class _Unpacker:
         name = parts[-1]
         try:
             os.mkdir(name, 0o700, dir_fd=parent)
+            self.confined.own(name, parent)
         except FileExistsError:
             st = os.stat(name, dir_fd=parent, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
@@ -206,7 +209,11 @@ class _Unpacker:
     def _create(self, parent: int, name: str, parts: tuple[str, ...], mode: int) -> int:
         for _ in range(3):
             try:
-                return os.open(name, _CREATE, mode, dir_fd=parent)
+                fd = os.open(name, _CREATE, mode, dir_fd=parent)
+                if self.confined.owner:
+                    self.confined.own_fd(fd)
+                    os.fchmod(fd, mode)  # fchown cleared any setuid bits
+                return fd
             except FileExistsError:
                 self._remove(parent, name, parts)
         raise precondition(f"{self._shown(parts)} keeps being recreated", FILE_EXISTS)
@@ -257,6 +264,7 @@ class _Unpacker:
         for _ in range(3):
             try:
                 os.symlink(member.linkname, name, dir_fd=parent)
+                self.confined.own(name, parent)
                 break
             except FileExistsError:
                 self._remove(parent, name, parts)
@@ -328,9 +336,9 @@ class _Unpacker:
 
 
 def _unpack(
-    root: Path, dest: SandboxPath, same_mount: bool, source: ChunkSource
+    root: Path, dest: SandboxPath, same_mount: bool, owner: int, source: ChunkSource
 ) -> tuple[int, int]:
-    with ConfinedRoot.open(root, same_mount=same_mount) as confined:
+    with ConfinedRoot.open(root, same_mount=same_mount, owner=owner) as confined:
         dest_fd = confined.open_dir(dest, create=True)
         unpacker = _Unpacker(confined, dest_fd, dest)
         try:
@@ -350,15 +358,17 @@ def _unpack(
 
 
 async def upload(
-    root: Path, dest: str, data: AsyncIterator[bytes], *, same_mount: bool = True
+    root: Path, dest: str, data: AsyncIterator[bytes], *, same_mount: bool = True, owner: int = 0
 ) -> tuple[int, int]:
     """Unpack the tar stream ``data`` into the directory ``dest``; return (files, bytes).
+
+    ``owner``: host uid/gid of the sandbox's root, given what the upload creates.
 
     ``files`` counts regular files, symlinks and hard links created (not
     directories); ``bytes`` is the regular-file data written.
     """
     target = parse_sandbox_path(dest, "upload destination")
-    return await feed_thread(data, partial(_unpack, root, target, same_mount))
+    return await feed_thread(data, partial(_unpack, root, target, same_mount, owner))
 
 
 # -- download ------------------------------------------------------------------

@@ -117,9 +117,10 @@ def _write_worker(
     mode: int,
     make_parents: bool,
     same_mount: bool,
+    owner: int,
     chunks: Iterable[bytes],
 ) -> int:
-    with ConfinedRoot.open(root, same_mount=same_mount) as confined:
+    with ConfinedRoot.open(root, same_mount=same_mount, owner=owner) as confined:
         parent_fd = confined.open_dir(path.parent, create=make_parents)
     try:
         old = _existing(parent_fd, path.name)
@@ -135,6 +136,8 @@ def _write_worker(
             if old is not None:
                 # Replacing a file keeps its owner (an agent's file stays the agent's).
                 os.fchown(fd, old.st_uid, old.st_gid)
+            else:
+                confined.own_fd(fd)
             os.fchmod(fd, mode)  # after fchown, which clears setuid bits
             os.close(fd)
             fd = -1
@@ -160,8 +163,11 @@ async def write_file(
     data: AsyncIterator[bytes],
     *,
     same_mount: bool = True,
+    owner: int = 0,
 ) -> int:
     """Write ``data`` to ``path`` atomically with ``mode``; return the size written.
+
+    ``owner``: host uid/gid of the sandbox's root, owner of a new file and new parents.
 
     Refusals: PATH_ESCAPE, PATH_NOT_FOUND (missing parent without
     make_parents), NOT_A_DIRECTORY (a parent is a file), IS_A_DIRECTORY,
@@ -172,5 +178,5 @@ async def write_file(
         raise precondition("/ is a directory", IS_A_DIRECTORY)
     file_mode = check_mode(mode)
     return await feed_thread(
-        data, partial(_write_worker, root, target, file_mode, make_parents, same_mount)
+        data, partial(_write_worker, root, target, file_mode, make_parents, same_mount, owner)
     )

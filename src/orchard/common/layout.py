@@ -132,6 +132,8 @@ class SandboxMeta:
     init_pid: int = 0
     # Default working directory from the image.
     cwd: str = "/"
+    # Host uid (and gid) of the sandbox's root: 0, or its user namespace's range start.
+    root_uid: int = 0
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
@@ -145,6 +147,7 @@ class SandboxMeta:
             memory_cgroup=str(data.get("memory_cgroup", "")),
             init_pid=int(data.get("init_pid", 0)),
             cwd=str(data.get("cwd", "/")),
+            root_uid=int(data.get("root_uid", 0)),
         )
 
     def write(self, path: Path) -> None:

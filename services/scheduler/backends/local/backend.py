@@ -50,7 +50,7 @@ from ..base import (
     valid_sandbox_id,
 )
 from ..netpolicy.policy import NetworkPolicySpec
-from . import cgroups, init_socket, injected, oci_config, overlay, scratch, slots
+from . import cgroups, init_socket, injected, oci_config, overlay, scratch, slots, userns
 from .images import (
     ImageStore,
     StoredImage,
@@ -115,6 +115,9 @@ class LocalBackend:
         )
         self.writable_layer.write(self.layout.run)
         _log_writable_layer(self.writable_layer)
+        self.uid_ranges: userns.UidRanges | None = None
+        if settings.userns:
+            self.uid_ranges = self._uid_ranges()
 
     # -- Backend interface -------------------------------------------------------
 
@@ -132,7 +135,13 @@ class LocalBackend:
             oci_config.tenant_group(spec.tenant)
         except ValueError as err:
             raise BackendError.invalid(str(err)) from None
-        self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable runtime class
+        bundle = self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable class
+        if self.uid_ranges is not None and bundle is not None:
+            raise BackendError.invalid(
+                "user namespaces (ORCHARD_USERNS=1) are implemented for sandboxes served by "
+                f"the node executor (runtime class 'runc'), not {spec.runtime_class or 'injected'!r}",
+                reason="UNSUPPORTED",
+            )
         if spec.runtime_class == RUNTIME_RUNSC and spec.network.networked:
             raise BackendError.invalid(
                 f"runtime class 'runsc' supports network mode 'none' only, not "
@@ -329,12 +338,51 @@ class LocalBackend:
                 raise BackendError.failure(f"create {spec.sandbox_id}: {err}") from err
             raise
 
+    def _uid_ranges(self) -> userns.UidRanges:
+        """User namespaces on: the node's uid ranges, claims of a previous run read back."""
+        if self.writable_layer.kind != scratch.DETACHED:
+            raise BackendError.failure(
+                "user namespaces (ORCHARD_USERNS=1) need the detached tmpfs writable layer "
+                f"(Linux 6.13+, ORCHARD_SCRATCH_MOUNT=auto or detached); this node has "
+                f"{self.writable_layer.kind!r}"
+            )
+        userns.check_traversable(self.layout.sandboxes)
+        ranges = userns.UidRanges(
+            self.layout.run / userns.CLAIMS_DIR,
+            self.settings.userns_uid_base,
+            self.settings.userns_ranges,
+        )
+        ranges.recover(self.layout.sandboxes)
+        return ranges
+
     def _start(
         self, sandbox: SandboxLayout, spec: SandboxSpec, image: StoredImage, init_binary: Path
     ) -> BackendSandbox:
+        if self.uid_ranges is None:
+            return self._start_in(sandbox, spec, image, init_binary, None)
+        uid_range = self.uid_ranges.claim(sandbox.dir)
+        # runc mounts the root from inside the namespace: the sandbox's root must reach
+        # its folder (search only; the files there keep their own modes).
+        os.chown(sandbox.dir, -1, uid_range.host_base)
+        os.chmod(sandbox.dir, 0o710)
+        with userns.sandbox_userns(uid_range) as held:
+            return self._start_in(sandbox, spec, image, init_binary, (held, uid_range))
+
+    def _start_in(
+        self,
+        sandbox: SandboxLayout,
+        spec: SandboxSpec,
+        image: StoredImage,
+        init_binary: Path,
+        ns: tuple[userns.HeldUserns, userns.UidRange] | None,
+    ) -> BackendSandbox:
         sandbox.rootfs.mkdir()
         layer = self.writable_layer
-        if layer.kind == scratch.DETACHED:
+        if ns is not None:
+            scratch.mount_overlay_on_tmpfs(
+                sandbox.rootfs, image.layer_paths, layer.size_bytes, ns[0].fd, ns[1].host_base
+            )
+        elif layer.kind == scratch.DETACHED:
             scratch.mount_overlay_on_tmpfs(sandbox.rootfs, image.layer_paths, layer.size_bytes)
         elif layer.kind == scratch.MOUNTED:
             scratch.mount_overlay_on_mounted_tmpfs(
@@ -358,6 +406,7 @@ class LocalBackend:
             injected=inject,
             gvisor=gvisor,
             tenant=spec.tenant,
+            userns=None if ns is None else (ns[0].path, ns[1].mapping),
         )
         config["mounts"].append(self.network.resolv_conf_mount(sandbox.dir))
         oci_config.write_config(sandbox.dir, config)
@@ -368,6 +417,7 @@ class LocalBackend:
             env=env,
             memory_cgroup=str(cgroups.memory_cgroup_dir(spec.sandbox_id, spec.tenant)),
             cwd=image.cwd,
+            root_uid=0 if ns is None else ns[1].host_base,
         )
         if inject is not None:
             inject.prepare(meta, self._sandbox_token_keys(meta.sandbox_id))
@@ -450,6 +500,7 @@ class LocalBackend:
         if self.runsc.owns(sandbox_id):
             self._delete_runsc(sandbox_id)
         runc_state = self.runc.state_dir(sandbox_id)
+        uid_range = None if self.uid_ranges is None else self.uid_ranges.of_sandbox(sandbox.dir)
         found = cgroups.sandbox_cgroup_dirs(sandbox_id)
         if runc_state.exists():
             state = self.runc.state(sandbox_id)
@@ -482,6 +533,9 @@ class LocalBackend:
         if not leftover:
             # Last: while the state dir exists, list() still finds a half-deleted sandbox.
             shutil.rmtree(runc_state, ignore_errors=True)
+            if self.uid_ranges is not None and uid_range is not None:
+                # Nothing runs as its uids any more: the range may go to the next sandbox.
+                self.uid_ranges.release_index(uid_range.index, sandbox_id)
         shutil.rmtree(sandbox.dir, ignore_errors=True)
         if sandbox.dir.exists():
             raise BackendError.failure(f"delete {sandbox_id}: could not remove {sandbox.dir}")

@@ -144,6 +144,7 @@ def build_config(
     injected: InjectedRuntime | None = None,
     gvisor: bool = False,
     tenant: str = "",
+    userns: tuple[str, list[dict[str, int]]] | None = None,
 ) -> dict[str, Any]:
     """The OCI runtime spec (1.0.2) for one sandbox.
 
@@ -152,14 +153,15 @@ def build_config(
     are mounted instead of the host's orchard-init. ``gvisor``: for runsc
     (``runsc.py``), which takes no fd 3 and no cgroup mount: orchard-init binds
     its socket inside and the host's cgroups are not mounted. ``tenant``: whose
-    sandbox it is, for its cgroup's place (``tenant_group``).
+    sandbox it is, for its cgroup's place (``tenant_group``). ``userns``: (path of
+    the user namespace made for the sandbox, its id mapping), see ``userns.py``.
     """
     network_ns: dict[str, str] = {"type": "network"}
     if netns_path:
         network_ns["path"] = netns_path
     caps = list(CAPABILITIES)
     nofile = nofile_limit()
-    return {
+    config: dict[str, Any] = {
         "ociVersion": "1.0.2",
         "process": {
             "terminal": False,
@@ -243,6 +245,15 @@ def build_config(
             "readonlyPaths": READONLY_PATHS,
         },
     }
+    if userns is not None:
+        path, mapping = userns
+        config["linux"]["namespaces"].append({"type": "user", "path": path})
+        config["linux"]["uidMappings"] = mapping
+        config["linux"]["gidMappings"] = mapping
+        # runc 1.1 sets rlimits from inside the namespace, where raising a hard limit
+        # needs CAP_SYS_RESOURCE of the host (EPERM); the sandbox inherits runc's.
+        del config["process"]["rlimits"]
+    return config
 
 
 def write_config(bundle: Path, config: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import overlay, syscalls
+from . import overlay, syscalls, userns
 
 DETACHED = "detached"
 """tmpfs made with fsopen/fsmount, mounted nowhere; the overlay takes its dirs by fd (6.13+)."""
@@ -62,9 +62,15 @@ SCRATCH_DIR = "scratch"
 """The MOUNTED tmpfs's mount point inside the sandbox folder."""
 
 
-def mount_overlay_on_tmpfs(rootfs: Path, lower_layers: list[Path], size_bytes: int) -> None:
+def mount_overlay_on_tmpfs(
+    rootfs: Path, lower_layers: list[Path], size_bytes: int, userns_fd: int = -1, root_uid: int = 0
+) -> None:
     """Mount at ``rootfs`` an overlay of ``lower_layers`` (lowest first) whose upper and
-    work dirs are on a fresh, detached tmpfs of ``size_bytes``."""
+    work dirs are on a fresh, detached tmpfs of ``size_bytes``.
+
+    ``userns_fd`` (a sandbox's user namespace, ``userns.py``): the layers are
+    idmapped through it (detached clones, nothing copied) and the root belongs to
+    ``root_uid``, the host uid of the sandbox's root."""
     fds: list[int] = []
     try:
         tmpfs = syscalls.fsopen("tmpfs")
@@ -79,10 +85,16 @@ def mount_overlay_on_tmpfs(rootfs: Path, lower_layers: list[Path], size_bytes: i
             os.mkdir(name, 0o755, dir_fd=scratch)
             layer_fds[name] = os.open(name, os.O_PATH | os.O_DIRECTORY, dir_fd=scratch)
             fds.append(layer_fds[name])
+        if userns_fd >= 0:
+            os.chown("upper", root_uid, root_uid, dir_fd=scratch)
         overlay = syscalls.fsopen("overlay")
         fds.append(overlay)
         for layer in reversed(lower_layers):  # overlayfs wants the top layer first
-            syscalls.fsconfig_string(overlay, "lowerdir+", str(layer))
+            if userns_fd >= 0:
+                fds.append(userns.idmapped_tree(layer, userns_fd))
+                syscalls.fsconfig_fd(overlay, "lowerdir+", fds[-1])
+            else:
+                syscalls.fsconfig_string(overlay, "lowerdir+", str(layer))
         syscalls.fsconfig_fd(overlay, "upperdir", layer_fds["upper"])
         syscalls.fsconfig_fd(overlay, "workdir", layer_fds["work"])
         syscalls.fsconfig_flag(overlay, "volatile")

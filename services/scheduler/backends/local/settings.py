@@ -9,6 +9,7 @@ from pathlib import Path
 from orchard.common.layout import NodeLayout, orchard_home
 
 from ..netpolicy.settings import NetworkSettings
+from . import userns as uid_ranges
 
 DEFAULT_IMAGE = "debian:bookworm"
 RUNTIME_RUNC = "runc"
@@ -79,6 +80,13 @@ class LocalSettings:
     scratch_mount: str = field(default_factory=scratch_mount_from_env)
     """How that tmpfs is mounted: "auto", "detached" (6.13+) or "mounted" (the fallback
     for older kernels), see ``scratch.choose`` ($ORCHARD_SCRATCH_MOUNT)."""
+    userns: bool = field(default_factory=uid_ranges.enabled_from_env)
+    """Run runc sandboxes in user namespaces, each on its own host uid range
+    (``userns.py``; $ORCHARD_USERNS=1). Off by default: see docs/architecture.md."""
+    userns_uid_base: int = field(default_factory=uid_ranges.uid_base_from_env)
+    """The first host uid of the first sandbox range ($ORCHARD_USERNS_UID_BASE)."""
+    userns_ranges: int = field(default_factory=uid_ranges.ranges_from_env)
+    """How many ranges of 65536 ids (sandboxes at once) ($ORCHARD_USERNS_RANGES)."""
     executor_start_timeout: float = 30.0
     """Injected mode: how long a create waits for the sandbox's executor to serve."""
 

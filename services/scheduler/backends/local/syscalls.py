@@ -141,3 +141,44 @@ def move_mount(mount_fd: int, target: str) -> None:
         ),
         f"move_mount to {target}",
     )  # fmt: skip
+
+
+# Idmapped mounts (Linux 5.12+; overlayfs over idmapped layers: 5.19+), for user namespaces.
+SYS_OPEN_TREE = 428
+SYS_MOUNT_SETATTR = 442
+OPEN_TREE_CLONE = 0x1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+AT_EMPTY_PATH = 0x1000
+MOUNT_ATTR_IDMAP = 0x00100000
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def open_tree(path: str) -> int:
+    """A detached clone of the mount at ``path`` (close-on-exec), in no mount table."""
+    return _checked(
+        _libc.syscall(
+            ctypes.c_long(SYS_OPEN_TREE), ctypes.c_int(AT_FDCWD), path.encode(),
+            ctypes.c_uint(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC),
+        ),
+        f"open_tree {path}",
+    )  # fmt: skip
+
+
+def mount_setattr_idmap(mount_fd: int, userns_fd: int) -> None:
+    """Idmap the detached mount ``mount_fd`` through the user namespace ``userns_fd``."""
+    attr = _MountAttr(MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
+    _checked(
+        _libc.syscall(
+            ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(mount_fd), b"",
+            ctypes.c_uint(AT_EMPTY_PATH), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+        ),
+        "mount_setattr MOUNT_ATTR_IDMAP",
+    )  # fmt: skip
