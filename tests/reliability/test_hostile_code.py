@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from orchard.gateway.tenants import TenantRegistry
 
 from orchard import Orchard, Sandbox
 from tests.cgroup_paths import sandbox_cgroup, sandbox_cgroup_dirs
@@ -88,7 +89,11 @@ def _create(stack: Stack, **kwargs: Any) -> Sandbox:
 
 @pytest.fixture(scope="module")
 def neighbour(stack: Stack) -> Iterator[Sandbox]:
-    with _create(stack) as sb:
+    """Another tenant's sandbox: the executor's shares (file workers, output memory and
+    read pace) are per sandbox and per tenant, so what one tenant's attack may slow is
+    its own other sandboxes, not another tenant's."""
+    key = TenantRegistry(stack.home).create("neighbour")
+    with Orchard(stack.endpoint, key).sandboxes.create(ttl=900) as sb:
         yield sb
 
 
