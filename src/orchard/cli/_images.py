@@ -16,6 +16,7 @@ from orchard.client import InvalidRequestError, OrchardError
 from orchard.common.layout import orchard_home
 
 from ._connect import client
+from ._json import add_flag, print_lines
 from ._sandboxes import print_table
 
 
@@ -23,6 +24,7 @@ def register(commands: Any) -> None:
     image = commands.add_parser("image", help="images")
     sub = image.add_subparsers(dest="image_command", required=True, metavar="SUBCOMMAND")
     p = sub.add_parser("ls", help="list images (via the server)")
+    add_flag(p)
     p.set_defaults(run=cmd_ls)
     p = sub.add_parser(
         "import", help="import a docker-save / OCI tarball or a rootfs directory (on this node)"
@@ -47,6 +49,9 @@ def images_dir(explicit: Path | None) -> Path:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     images = client(args).images.list()
+    if args.json:
+        print_lines(images)
+        return 0
     rows = [
         [i.name, "yes" if i.is_default else "", str(i.layers), f"{i.size_bytes / 1e6:.0f} MB"]
         for i in images

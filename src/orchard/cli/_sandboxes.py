@@ -1,4 +1,5 @@
-"""``orchard create | exec | cp | ls | rm``: sandboxes through the SDK."""
+"""``orchard create | exec | cp | ls | kill-all``: sandboxes through the SDK (``rm`` and
+``info`` are in their own modules)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from orchard.client import (
 )
 
 from ._connect import client
+from ._json import add_flag, print_lines
 
 # ``ID:/path`` names a path in a sandbox; anything else is local.
 REMOTE_RE = re.compile(r"^([a-z0-9][a-z0-9-]{2,62}):(.*)$")
@@ -47,6 +49,12 @@ def register(commands: Any) -> None:
         metavar="K=V",
         help="environment variable (repeatable)",
     )
+    p.add_argument(
+        "--template",
+        metavar="NAME",
+        help="claim a warm sandbox of this template (image, cpu, memory and network come "
+        "from it: leave those unset); see orchard pool ls",
+    )
     p.set_defaults(run=cmd_create)
 
     p = commands.add_parser("exec", help="run a command in a sandbox, streaming its output")
@@ -70,7 +78,9 @@ def register(commands: Any) -> None:
     p.add_argument(
         "--label", action="append", default=[], metavar="K=V", help="only with this label"
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="ids only")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("-q", "--quiet", action="store_true", help="ids only")
+    add_flag(shape)
     p.set_defaults(run=cmd_ls)
 
     p = commands.add_parser(
@@ -79,10 +89,6 @@ def register(commands: Any) -> None:
     p.add_argument("id", metavar="ID")
     p.add_argument("--signal", type=int, default=9, help="signal number (default 9, SIGKILL)")
     p.set_defaults(run=cmd_kill_all)
-
-    p = commands.add_parser("rm", help="delete sandboxes")
-    p.add_argument("ids", nargs="+", metavar="ID")
-    p.set_defaults(run=cmd_rm)
 
 
 def pairs(items: list[str], what: str) -> dict[str, str]:
@@ -104,6 +110,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         ttl=args.ttl,
         labels=pairs(args.label, "--label"),
         env=pairs(args.env, "--env"),
+        template=args.template,
     )
     print(sb.id)
     return 0
@@ -226,6 +233,9 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     infos = client(args).sandboxes.list(pairs(args.label, "--label"))
+    if args.json:
+        print_lines(infos)
+        return 0
     if args.quiet:
         for info in infos:
             print(info.id)
@@ -239,16 +249,3 @@ def cmd_kill_all(args: argparse.Namespace) -> int:
     sb = client(args).sandboxes.connect(args.id)
     print(sb.kill_all(args.signal))
     return 0
-
-
-def cmd_rm(args: argparse.Namespace) -> int:
-    failed = 0
-    for sandbox_id in args.ids:
-        try:
-            client(args).sandboxes.delete(sandbox_id)
-        except OrchardError as exc:
-            print(f"orchard: {sandbox_id}: {exc.message}", file=sys.stderr)
-            failed += 1
-        else:
-            print(sandbox_id)
-    return 1 if failed else 0
