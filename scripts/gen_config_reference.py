@@ -47,10 +47,8 @@ class SettingsClass:
 def _module_name(path: Path) -> str:
     rel = path.relative_to(ROOT)
     parts = list(rel.with_suffix("").parts)
-    if parts[0] == "src":
-        parts = parts[1:]
-    else:  # services/<name>/... is installed as orchard.<name>
-        parts = ["orchard", *parts[1:]]
+    # src/orchard/... is orchard...; services/<name>/... is installed as orchard.<name>
+    parts = parts[1:] if parts[0] == "src" else ["orchard", *parts[1:]]
     return ".".join(p for p in parts if p != "__init__")
 
 

@@ -79,11 +79,14 @@ def variables_read(tree: ast.Module) -> set[str]:
                 name = _name_of(node.args[0], constants)
                 if name:
                     found.add(name)
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
-            if ast.unparse(node.value) in ENV_MAPPINGS:
-                name = _name_of(node.slice, constants)
-                if name:
-                    found.add(name)
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and ast.unparse(node.value) in ENV_MAPPINGS
+        ):
+            name = _name_of(node.slice, constants)
+            if name:
+                found.add(name)
     return found
 
 
