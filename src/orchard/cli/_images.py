@@ -19,6 +19,8 @@ from ._connect import client
 from ._json import add_flag, print_lines
 from ._sandboxes import print_table
 
+IMAGES_DIR_HELP = "images folder (default $ORCHARD_IMAGES_DIR or <home>/images)"
+
 
 def register(commands: Any) -> None:
     image = commands.add_parser("image", help="images")
@@ -29,14 +31,14 @@ def register(commands: Any) -> None:
     p = sub.add_parser(
         "import", help="import a docker-save / OCI tarball or a rootfs directory (on this node)"
     )
-    p.add_argument("source")
-    p.add_argument("--name", required=True)
-    p.add_argument("--images-dir", type=Path, default=None)
+    p.add_argument("source", metavar="SOURCE", help="a docker-save or OCI tarball, or a folder")
+    p.add_argument("--name", required=True, help="the image's name in Orchard")
+    p.add_argument("--images-dir", type=Path, default=None, help=IMAGES_DIR_HELP)
     p.set_defaults(run=cmd_import)
     p = sub.add_parser(
         "build-default", help="build the default Debian image (on this node, cached)"
     )
-    p.add_argument("--images-dir", type=Path, default=None)
+    p.add_argument("--images-dir", type=Path, default=None, help=IMAGES_DIR_HELP)
     p.set_defaults(run=cmd_build_default)
 
 

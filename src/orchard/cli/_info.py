@@ -21,7 +21,7 @@ from ._json import add_flag, line
 
 def register(commands: Any) -> None:
     p = commands.add_parser("info", help="everything the control plane says about a sandbox")
-    p.add_argument("id", metavar="ID")
+    p.add_argument("id", metavar="ID", help="the sandbox")
     add_flag(p)
     p.set_defaults(run=cmd_info)
 

@@ -25,7 +25,7 @@ def register(commands: Any) -> None:
     p.set_defaults(run=cmd_pool_ls)
 
     p = sub.add_parser("hint", help="tell the scheduler a batch of claims is coming")
-    p.add_argument("template")
+    p.add_argument("template", help="the template's name (templates.toml)")
     p.add_argument("count", type=int, help="how many sandboxes the batch will claim")
     p.add_argument(
         "--within", type=float, default=0.0, help="seconds until the batch arrives (default 0)"

@@ -58,20 +58,26 @@ def register(commands: Any) -> None:
     p.set_defaults(run=cmd_create)
 
     p = commands.add_parser("exec", help="run a command in a sandbox, streaming its output")
-    p.add_argument("id")
+    p.add_argument("id", metavar="ID", help="the sandbox")
     p.add_argument(
         "--timeout", type=float, help="seconds; the command's process tree is killed after"
     )
     p.add_argument("--cwd", help="working directory in the sandbox")
-    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="environment variable (repeatable)",
+    )
     p.add_argument("--user", help="user name or uid[:gid] in the sandbox")
     p.add_argument("-i", "--interactive", action="store_true", help="forward this process's stdin")
     p.add_argument("cmd", nargs="*", metavar="-- CMD ARGS", help="the command, after '--'")
     p.set_defaults(run=cmd_exec)
 
     p = commands.add_parser("cp", help="copy files or directories; ID:/path names a sandbox path")
-    p.add_argument("src")
-    p.add_argument("dst")
+    p.add_argument("src", metavar="SRC", help="a local path, or ID:/path in a sandbox")
+    p.add_argument("dst", metavar="DST", help="a local path, or ID:/path in a sandbox")
     p.set_defaults(run=cmd_cp)
 
     p = commands.add_parser("ls", help="list your sandboxes")
@@ -86,7 +92,7 @@ def register(commands: Any) -> None:
     p = commands.add_parser(
         "kill-all", help="kill every process in a sandbox but its init (the sandbox stays)"
     )
-    p.add_argument("id", metavar="ID")
+    p.add_argument("id", metavar="ID", help="the sandbox")
     p.add_argument("--signal", type=int, default=9, help="signal number (default 9, SIGKILL)")
     p.set_defaults(run=cmd_kill_all)
 
