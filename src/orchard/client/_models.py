@@ -70,6 +70,8 @@ ExecEvent = OutputChunk | ExecStatus
 
 @dataclass(frozen=True)
 class ImageInfo:
+    """An image sandboxes can be made from (:meth:`Images.list`)."""
+
     name: str
     size_bytes: int
     layers: int
