@@ -50,6 +50,12 @@ def test_tls_flags_become_the_clients_tls() -> None:
     assert tls is not None and (tls.ca, tls.server_name, tls.cert) == ("/ca.pem", "gw", None)
 
 
+def test_a_subcommands_own_flag_is_not_taken_for_an_abbreviated_global_one() -> None:
+    # `up --tls` beside the global --tls-ca/--tls-cert/...: argparse would call it ambiguous.
+    args = parse(build_parser(), ["up", "--tls", "--data-plane-proxy", "nginx"])
+    assert args.tls is True and args.data_plane_proxy == "nginx"
+
+
 def test_up_takes_no_client_flags() -> None:
     with pytest.raises(SystemExit) as exc:
         parse(build_parser(), ["up", "--api-key", "K"])

@@ -56,8 +56,11 @@ EXIT_CODES = """exit codes:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False: argparse matches abbreviations of the top level's options against
+    # every argument, even after the subcommand, so `orchard up --tls` would be "ambiguous"
+    # beside the global --tls-ca/--tls-cert/... (subcommands keep their own abbreviations).
     parser = argparse.ArgumentParser(
-        prog="orchard", description="Orchard Env: sandboxes for AI agents.",
+        prog="orchard", description="Orchard Env: sandboxes for AI agents.", allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES,
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"orchard {__version__}")
