@@ -112,6 +112,8 @@ def test_create_from_a_template(stack: Stack) -> None:
         stack.cli("rm", sandbox_id, check=True)
     unknown = stack.cli("create", "--template", "nope")
     assert unknown.returncode == 1 and "nope" in unknown.stderr
+    both = stack.cli("create", "--template", "small", "--memory", "1Gi")
+    assert both.returncode == 1 and "set by the template" in both.stderr
 
 
 def _on_a_terminal(stack: Stack, argv: list[str], answer: bytes) -> tuple[int, str]:
