@@ -69,6 +69,18 @@ class EgressLimits:
     """How long an upstream query (waiting for a socket included) may take; past it
     the sandbox is answered SERVFAIL (the DNS idle timeout: no query waits longer)."""
 
+    def __post_init__(self) -> None:
+        for sandbox, tenant, node in (
+            ("max_connections", "max_connections_per_tenant", "max_connections_node"),
+            ("dns_max_pending", "dns_max_pending_per_tenant", "dns_max_pending_node"),
+        ):
+            values = [getattr(self, name) for name in (sandbox, tenant, node)]
+            if values != sorted(values):
+                raise ValueError(
+                    f"egress limits: {sandbox} <= {tenant} <= {node} is needed"
+                    f" (got {', '.join(map(str, values))}; {', '.join(_LIMIT_ENV[n] for n in (sandbox, tenant, node))})"
+                )
+
     @classmethod
     def from_env(cls) -> EgressLimits:
         values: dict[str, float] = {}
