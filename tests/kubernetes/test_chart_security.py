@@ -37,6 +37,7 @@ from orchard.gateway.server import start
 from orchard.scheduler.backends.base import SandboxSpec
 from orchard.scheduler.backends.kubernetes import KubernetesSettings, PodTemplate
 from orchard.scheduler.backends.kubernetes import manifests as m
+from orchard.scheduler.backends.netpolicy.settings import EgressLimits
 
 from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
 from orchard.common.quotas import Quota, QuotaTable
@@ -411,6 +412,9 @@ def test_only_the_gateway_reaches_the_scheduler_and_only_allowlist_sandboxes_the
     for pod in sandboxes:
         for port in (50051, 8080, 50060):
             assert not connects(docs, pod, gateway, port), (pod, port)
+    # DNS: only class internet resolves (allowlist sandboxes name hosts to the proxy).
+    dns = Pod("kube-system", {"k8s-app": "kube-dns"}, ip="10.0.0.10")
+    assert [connects(docs, pod, dns, 53) for pod in sandboxes] == [False, False, True]
     # The gateway's public ports are open to the rest; its metrics and health ports are not.
     assert connects(docs, stranger, gateway, 50051) and connects(docs, stranger, gateway, 8080)
     assert not connects(docs, stranger, gateway, 9090)
@@ -443,3 +447,25 @@ def test_network_policies_can_be_left_to_the_cluster_admin() -> None:
     assert not [
         d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == RELEASE_NS
     ]
+
+
+# ---- egress proxy caps --------------------------------------------------------------
+
+
+def _proxy_limits(docs: list[Doc], monkeypatch: pytest.MonkeyPatch) -> EgressLimits:
+    container = _deployment(docs, "orchard-egress-proxy")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    for env in container["env"]:
+        monkeypatch.setenv(env["name"], env["value"])
+    return EgressLimits.from_env()
+
+
+def test_the_charts_egress_caps_are_the_proxys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chart's defaults are the code's, and a value reaches the proxy's own parser."""
+    assert _proxy_limits(render(), monkeypatch) == EgressLimits()
+    docs = render({"egressProxy": {"limits": {"connectionsPerTenant": 300}}})
+    assert _proxy_limits(docs, monkeypatch).max_connections_per_tenant == 300
+    docs = render({"egressProxy": {"limits": {"connectionsPerTenant": 100}}})
+    with pytest.raises(ValueError, match="max_connections <= max_connections_per_tenant"):
+        _proxy_limits(docs, monkeypatch)
