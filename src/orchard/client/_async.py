@@ -297,7 +297,6 @@ class AsyncSandbox(SandboxCore):
         return written
 
     async def upload(self, local_dir: str | os.PathLike[str], remote_dir: str) -> tuple[int, int]:
-        """See :meth:`Sandbox.upload`."""
         chunks = _tar.tar_stream(_tar.checked_local_dir(local_dir))
         requests = _requests.upload_requests(
             self.id, _requests.check_remote_path(remote_dir, "remote_dir"), chunks
