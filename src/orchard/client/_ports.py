@@ -91,7 +91,11 @@ def linger_zero(sock: Any) -> None:
 
 
 def reset(sock: socket.socket) -> None:
+    """Close with a reset. ``shutdown(SHUT_RD)`` first wakes a thread blocked in ``recv``
+    on it (a bare close would wait for that thread, and send nothing until then)."""
     linger_zero(sock)
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     sock.close()
 
 

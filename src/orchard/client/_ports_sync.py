@@ -93,11 +93,11 @@ class _Relay:
             pass
         failed = error is not None or self._cancelled.is_set()
         self.cancel()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RD)  # wakes the request thread's recv
         if failed:
             reset(self.sock)
         else:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RD)  # wakes the request thread's recv
             self.sock.close()
         return error
 
