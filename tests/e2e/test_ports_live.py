@@ -136,6 +136,18 @@ def test_http_many_connections_at_once(web: Sandbox) -> None:
     assert probe.exit_code != 0
 
 
+def test_through_the_gateways_data_plane_proxy(stack: Stack, web: Sandbox) -> None:
+    """ORCHARD_DATA_PLANE=proxy: the same streams through the gateway's pass-through."""
+    key = (stack.home / "dev-api-key").read_text().strip()
+    with Orchard(stack.endpoint, key, data_plane="proxy") as proxied:
+        sb = proxied.sandboxes.connect(web.id)
+        with sb.forward_port(HTTP_PORT) as fwd, concurrent.futures.ThreadPoolExecutor(8) as pool:
+            pages = list(pool.map(_fetch, [f"{fwd.url}/index.html"] * 32))
+        assert pages == [b"<h1>inside</h1>\n"] * 32
+        with pytest.raises(PortNotListeningError):
+            sb.connect_port(9)
+
+
 def test_raw_socket_half_close(web: Sandbox) -> None:
     sock = web.connect_port(HTTP_PORT)
     sock.sendall(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n")
