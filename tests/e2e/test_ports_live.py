@@ -20,7 +20,9 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -31,7 +33,7 @@ import pytest
 
 from orchard import AsyncOrchard, Orchard, PortNotListeningError, QuotaExceededError, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2 as pb
-from tests.stack import REQUIRES_STACK, Stack, running_stack
+from tests.stack import ORCHARD, REQUIRES_STACK, Stack, running_stack
 
 pytestmark = REQUIRES_STACK
 
@@ -146,6 +148,26 @@ def test_through_the_gateways_data_plane_proxy(stack: Stack, web: Sandbox) -> No
         assert pages == [b"<h1>inside</h1>\n"] * 32
         with pytest.raises(PortNotListeningError):
             sb.connect_port(9)
+
+
+def test_cli_port_forward(stack: Stack, web: Sandbox) -> None:
+    process = subprocess.Popen(
+        [*ORCHARD, "port-forward", web.id, str(HTTP_PORT)],
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        assert _fetch(f"{url}/index.html") == b"<h1>inside</h1>\n"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0 and "Traceback" not in err, err
 
 
 def test_raw_socket_half_close(web: Sandbox) -> None:
