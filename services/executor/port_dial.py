@@ -88,27 +88,33 @@ class PortDialer(Protocol):
     ) -> socket.socket: ...
 
 
+def shown(address: tuple[str, int]) -> str:
+    """``127.0.0.1:8000`` / ``[::1]:8000``."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 async def connect(sock: socket.socket, address: tuple[str, int], connect_seconds: float) -> None:
     """Non-blocking connect on the loop; refused/timeout become clear statuses."""
     loop = asyncio.get_running_loop()
-    shown = f"[{address[0]}]:{address[1]}" if ":" in address[0] else f"{address[0]}:{address[1]}"
+    where = shown(address)
     try:
         async with asyncio.timeout(connect_seconds):
             await loop.sock_connect(sock, address)
     except ConnectionRefusedError:
         raise precondition(
-            f"nothing listens on {shown} inside the sandbox (connection refused)",
+            f"nothing listens on {where} inside the sandbox (connection refused)",
             "PORT_NOT_LISTENING",
         ) from None
     except TimeoutError:
         raise ServiceError(
             grpc.StatusCode.DEADLINE_EXCEEDED,
             "PORT_NOT_LISTENING",
-            f"{shown} inside the sandbox did not accept within {connect_seconds:g}s",
+            f"{where} inside the sandbox did not accept within {connect_seconds:g}s",
         ) from None
     except OSError as exc:
         raise precondition(
-            f"could not connect to {shown} inside the sandbox: {exc.strerror}",
+            f"could not connect to {where} inside the sandbox: {exc.strerror}",
             "PORT_NOT_LISTENING",
         ) from None
 

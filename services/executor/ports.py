@@ -41,12 +41,12 @@ import grpc
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard.common.errors import ServiceError, invalid
 
-from .port_dial import PortDialer, check_target
+from .port_dial import PortDialer, check_target, shown
 from .sandboxes import Sandbox
 from .shares import Owner, ShareLedger, ShareLimits
 from .stream_bounds import StreamPace
 
-CHUNK_BYTES = 64 * 1024
+CHUNK_BYTES = 256 * 1024
 CONNECT_SECONDS = 10.0
 
 
@@ -94,12 +94,7 @@ class PortConnections:
             sock = await self._dialer.dial(sandbox, family, address, self._connect_seconds)
             upstream: asyncio.Task[None] | None = None
             try:
-                shown = (
-                    f"[{address[0]}]:{address[1]}"
-                    if family == socket.AF_INET6
-                    else (f"{address[0]}:{address[1]}")
-                )
-                yield pb.PortEvent(opened=pb.PortOpened(address=shown))
+                yield pb.PortEvent(opened=pb.PortOpened(address=shown(address)))
                 failure: list[BaseException] = []
                 upstream = asyncio.create_task(_into_sandbox(requests, sock, pace, failure))
                 async for event in _out_of_sandbox(sock):

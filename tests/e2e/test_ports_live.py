@@ -217,6 +217,60 @@ def test_reset_inside_resets_the_local_connection(web: Sandbox) -> None:
         assert fwd.last_error is not None and fwd.last_error.reason == "PORT_CONNECTION_RESET"
 
 
+FIREHOSE = """
+import socket, threading
+s = socket.create_server(("127.0.0.1", 8097))
+def pour(c):
+    block = b"z" * 65536
+    try:
+        while True:
+            c.sendall(block)
+    except OSError:
+        c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=pour, args=(c,), daemon=True).start()
+"""
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _executor_pid(stack: Stack) -> int:
+    children = Path(f"/proc/{stack.process.pid}/task/{stack.process.pid}/children")
+    for child in children.read_text().split():
+        if b"orchard.executor" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
+            return int(child)
+    raise AssertionError("no executor under orchard up")
+
+
+def test_a_peer_that_does_not_read_holds_memory_bounded(stack: Stack, web: Sandbox) -> None:
+    """A server inside pours without end and the local peers read nothing: gRPC's
+    per-stream flow control stops it; neither the executor nor this client buffers it."""
+    web.write_file("/opt/firehose.py", FIREHOSE)
+    _start(web, "python3 /opt/firehose.py", 8097)
+    executor = _executor_pid(stack)
+    before = (_rss_kib(executor), _rss_kib(os.getpid()))
+    with web.forward_port(8097) as fwd:
+        peers = [socket.create_connection(fwd.local_address, timeout=30) for _ in range(8)]
+        for peer in peers:
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        time.sleep(3)  # long enough for ~GiBs at the measured throughput
+        after = (_rss_kib(executor), _rss_kib(os.getpid()))
+        # Each still works: read a MiB from each.
+        for peer in peers:
+            got = 0
+            while got < 1 << 20:
+                got += len(peer.recv(1 << 16))
+            peer.close()
+    grown_mib = [(a - b) / 1024 for a, b in zip(after, before, strict=True)]
+    assert grown_mib[0] < 64 and grown_mib[1] < 64, grown_mib
+
+
 def test_websocket_sync(web: Sandbox, tmp_path: Path) -> None:
     _websockets_into(web, tmp_path)
     _start(web, f"PYTHONPATH=/opt/pylib python3 /opt/ws_echo.py {WS_PORT}", WS_PORT)

@@ -43,7 +43,7 @@ from ._errors import InvalidRequestError, OrchardError
 
 log = logging.getLogger("orchard.ports")
 
-CHUNK_BYTES = 64 * 1024
+CHUNK_BYTES = 256 * 1024
 LOCAL_HOST = "127.0.0.1"
 MAX_PORT = 65535
 LOOPBACK_HOSTS = {"127.0.0.1": "127.0.0.1", "localhost": "127.0.0.1", "": "127.0.0.1", "::1": "::1"}

@@ -24,7 +24,7 @@ from orchard._proto.orchard.v1 import executor_pb2 as pb
 
 from ._status import Refusal, invalid
 
-CHUNK_BYTES = 64 * 1024
+CHUNK_BYTES = 256 * 1024
 LOOPBACK = {"", "127.0.0.1", "::1"}
 
 
