@@ -136,7 +136,10 @@ class PortForward(PortForwardBase):
         self._thread = threading.Thread(
             target=self._accept, name=f"orchard-forward-{port}", daemon=True
         )
+
+    def _start(self) -> Self:
         self._thread.start()
+        return self
 
     def _accept(self) -> None:
         while True:

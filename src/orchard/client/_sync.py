@@ -274,7 +274,7 @@ class Sandbox(SandboxCore):
         connection to ``port`` on the sandbox's loopback (``host``: ``127.0.0.1`` or
         ``::1``) over the data plane; nothing is published and no network policy is
         opened. ``.url`` is ``http://127.0.0.1:NNNN``. Close it (or use ``with``) to stop."""
-        return PortForward(self._executor, self.id, port, host, local_port)
+        return PortForward(self._executor, self.id, port, host, local_port)._start()
 
     def connect_port(self, port: int, host: str = "127.0.0.1") -> socket.socket:
         """One connection to ``port`` on the sandbox's loopback, as a connected socket
