@@ -54,7 +54,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
-    """ExecutorService: exec, sessions (and files, through the file service)."""
+    """ExecutorService: exec, sessions, files (through the file service), ports (ports.py)."""
 
     def __init__(self, settings: ExecutorSettings, signer: TokenVerifier) -> None:
         self._authorizer = CallAuthorizer(signer)
