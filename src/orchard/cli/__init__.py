@@ -13,6 +13,7 @@
     orchard token-key ls | rotate [--drop KID]     data-plane token keys (node admin)
     orchard pool ls [--json] | hint TEMPLATE N [--within S]  warm pools of templates
     orchard net set ID MODE [--cidr C] [--port P] [--domain D] | net show ID
+    orchard port-forward ID PORT [--local-port N]  reach a port inside from 127.0.0.1 (Ctrl-C stops)
 
 The global flags (``--endpoint``, ``--api-key``, ``--data-plane``, ``--tls-*``)
 go before or after the subcommand (``_global_flags``). Every listing takes
@@ -37,6 +38,7 @@ from . import (
     _info,
     _network,
     _pools,
+    _ports,
     _rewards,
     _sandboxes,
     _tenants,
@@ -76,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pools.register(commands)
     _network.register(commands)
     _rewards.register(commands)
+    _ports.register(commands)
     _global_flags.spread(parser)
     return parser
 
