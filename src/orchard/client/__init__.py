@@ -30,6 +30,9 @@ from ._errors import (
     OrchardError,
     PathError,
     PathEscapeError,
+    PathExistsError,
+    PathIsADirectoryError,
+    PathNotADirectoryError,
     PathNotFoundError,
     PermissionDeniedError,
     QuotaExceededError,
@@ -40,6 +43,7 @@ from ._errors import (
     ServiceUnavailableError,
     SessionError,
 )
+from ._files import FileEntry
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -86,6 +90,7 @@ __all__ = [
     "ExecEvent",
     "ExecResult",
     "ExecStatus",
+    "FileEntry",
     "GradeReport",
     "GrpcTransport",
     "ImageInfo",
@@ -101,6 +106,9 @@ __all__ = [
     "OutputChunk",
     "PathError",
     "PathEscapeError",
+    "PathExistsError",
+    "PathIsADirectoryError",
+    "PathNotADirectoryError",
     "PathNotFoundError",
     "PermissionDeniedError",
     "PoolInfo",

@@ -22,7 +22,7 @@ import grpc
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 
-from . import _files
+from . import _file_ops, _files
 from ._control import refusals, refusals_streaming
 from ._process import Command, CommandSpec
 from ._rpc import CallContext
@@ -324,6 +324,7 @@ class FakeExecutorService:
     ) -> pb.WriteFileResponse:
         header, data = _header_and_data(request_iterator, "WriteFileRequest")
         rec = self._sandbox(header.sandbox_id, context)
+        _check_owner(rec.root, header.owner)
         size = _files.write_file(rec.root, header.path, header.mode, header.make_parents, data)
         return pb.WriteFileResponse(size=size)
 
@@ -333,6 +334,7 @@ class FakeExecutorService:
     ) -> pb.UploadResponse:
         header, data = _header_and_data(request_iterator, "UploadRequest")
         rec = self._sandbox(header.sandbox_id, context)
+        _check_owner(rec.root, header.owner)
         files, size = _files.upload(rec.root, header.path, data)
         return pb.UploadResponse(files=files, bytes=size)
 
@@ -341,6 +343,42 @@ class FakeExecutorService:
         rec = self._sandbox(request.sandbox_id, context)
         for data in _files.download(rec.root, request.path):
             yield pb.TarChunk(data=data)
+
+    @refusals
+    def ListDir(self, request: pb.ListDirRequest, context: CallContext) -> pb.ListDirResponse:
+        rec = self._sandbox(request.sandbox_id, context)
+        return _file_ops.list_dir(rec.root, request.path, request.depth, request.max_entries)
+
+    @refusals
+    def Stat(self, request: pb.StatRequest, context: CallContext) -> pb.FileStat:
+        rec = self._sandbox(request.sandbox_id, context)
+        return _file_ops.stat_entry(rec.root, request.path, follow=not request.no_follow)
+
+    @refusals
+    def Remove(self, request: pb.RemoveRequest, context: CallContext) -> pb.RemoveResponse:
+        rec = self._sandbox(request.sandbox_id, context)
+        return pb.RemoveResponse(
+            removed=_file_ops.remove(rec.root, request.path, request.recursive)
+        )
+
+    @refusals
+    def Rename(self, request: pb.RenameRequest, context: CallContext) -> pb.RenameResponse:
+        rec = self._sandbox(request.sandbox_id, context)
+        _file_ops.rename(rec.root, request.source, request.destination)
+        return pb.RenameResponse()
+
+    @refusals
+    def MakeDir(self, request: pb.MakeDirRequest, context: CallContext) -> pb.MakeDirResponse:
+        rec = self._sandbox(request.sandbox_id, context)
+        _check_owner(rec.root, request.owner)
+        created = _file_ops.make_dir(rec.root, request.path, request.parents, request.mode)
+        return pb.MakeDirResponse(created=created)
+
+
+def _check_owner(root: Path, owner: str) -> None:
+    """Refuse an owner the sandbox does not know (applying it needs root: see _file_ops)."""
+    if owner.strip():
+        lookup_user(root, owner)
 
 
 def _header_and_data(requests: Iterator[Any], what: str) -> tuple[Any, Iterator[bytes]]:
