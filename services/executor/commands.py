@@ -26,6 +26,7 @@ import grpc
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard.common.errors import ServiceError, infrastructure, invalid
+from orchard.common.exit_codes import returncode
 
 from .files import SandboxFiles
 from .init_client import InitCommand, InitUnavailable, run_inline, start_command
@@ -219,7 +220,7 @@ def exec_status(
     stdout_truncated = stdout is not None and stdout.truncated
     stderr_truncated = stderr is not None and stderr.truncated
     return pb.ExecStatus(
-        exit_code=report.exit_code,
+        exit_code=returncode(report.exit_code, report.signal),
         signal=report.signal,
         timed_out=report.timed_out,
         oom_killed=oom_killed,

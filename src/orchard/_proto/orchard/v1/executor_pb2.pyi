@@ -169,7 +169,9 @@ class ExecStatus(_message.Message):
     STDERR_TRUNCATED_FIELD_NUMBER: _builtins.int
     DURATION_SECONDS_FIELD_NUMBER: _builtins.int
     exit_code: _builtins.int
-    """Exit code if the command exited; -1 if it was killed by a signal."""
+    """Exit code if the command exited; -N if signal N killed it (subprocess's
+    returncode convention; executors before this change sent -1).
+    """
     signal: _builtins.int
     """Signal number that killed the command, 0 if it exited."""
     timed_out: _builtins.bool
