@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import posixpath
 import queue
+import resource
 import secrets
 import threading
 from collections.abc import Iterator, Mapping
@@ -21,6 +22,7 @@ import grpc
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
+from orchard.common.exec_limits import exec_size_error
 
 from . import _file_ops, _files
 from ._control import refusals, refusals_streaming
@@ -35,8 +37,6 @@ from ._world import SANDBOX_ID_RE, SandboxRecord, World
 DEFAULT_OUTPUT_BYTES = 16 << 20
 OUTPUT_CEILING_BYTES = 256 << 20
 MAX_TIMEOUT_SECONDS = 30 * 24 * 3600.0
-MAX_ARGS = 16384
-MAX_ARGV_BYTES = 1 << 20
 MAX_SIGNAL = 64
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -68,13 +68,14 @@ def check_command_fields(start: pb.ExecStart) -> None:
         raise invalid("argv or shell is required")
     if start.argv and not start.argv[0]:
         raise invalid("argv[0] must not be empty")
-    if len(start.argv) > MAX_ARGS:
-        raise invalid(f"argv has {len(start.argv)} entries; the limit is {MAX_ARGS}")
-    if sum(len(a) for a in start.argv) + len(start.shell) > MAX_ARGV_BYTES:
-        raise invalid(f"argv/shell is longer than {MAX_ARGV_BYTES} bytes")
     if any("\0" in a for a in start.argv) or "\0" in start.shell:
         raise invalid("argv and shell must not contain NUL characters")
     check_env(start.env)
+    # The kernel's rule at its 6 MiB ceiling, as the real executor checks it first.
+    argv = list(start.argv) if start.argv else ["/bin/sh", "-c", start.shell]
+    problem = exec_size_error(argv, [f"{k}={v}" for k, v in start.env.items()], None)
+    if problem is not None:
+        raise invalid(problem)
     check_cwd(start.cwd)
     check_timeout(start.timeout_seconds)
 
@@ -159,6 +160,15 @@ class FakeExecutorService:
         if not self.run_commands:
             raise _unscripted(call.command)
         env = self._environment(rec, start.user, start.env)
+        # The host's stack limit: the fake's commands are host processes.
+        soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+        problem = exec_size_error(
+            call.argv,
+            [f"{k}={v}" for k, v in env.items()],
+            None if soft == resource.RLIM_INFINITY else soft,
+        )
+        if problem is not None:
+            raise invalid(problem)
         cwd = cwd_parts(start.cwd)
         spec = CommandSpec(
             argv=call.argv,
