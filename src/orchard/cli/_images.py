@@ -25,7 +25,9 @@ def register(commands: Any) -> None:
     p = sub.add_parser("ls", help="list images (via the server)")
     p.set_defaults(run=cmd_ls)
     p = sub.add_parser(
-        "import", help="import a docker-save / OCI tarball or a rootfs directory (on this node)"
+        "import",
+        help="import a docker-save / OCI tarball, a rootfs tarball (docker export; "
+        "gz/bz2/xz/zst) or a rootfs directory (on this node)",
     )
     p.add_argument("source")
     p.add_argument("--name", required=True)
