@@ -57,8 +57,8 @@ def exec_size_error(
     argv: Sequence[str], env: Sequence[str], stack_soft_limit: int | None
 ) -> str | None:
     """Why execve would refuse ``argv`` + ``env`` (``NAME=value`` strings), or None."""
-    for what, strings in (("argument", argv), ("environment entry", env)):
-        for i, text in enumerate(strings):
+    for what, group in (("argument", argv), ("environment entry", env)):
+        for i, text in enumerate(group):
             size = _size(text)
             if size > MAX_ARG_STRLEN:
                 shown = text[:40] if what == "argument" else text.partition("=")[0][:40]
