@@ -358,3 +358,60 @@ def test_named_owner_on_write_upload_and_mkdir(sandbox: Sandbox) -> None:
         grpc.StatusCode.INVALID_ARGUMENT,
         "INVALID_FIELD",
     )
+
+
+def test_magic_links_refused_by_every_mutating_call(tmp_path: Path) -> None:
+    """/proc/self/root jumps to the host's "/": remove, rename and mkdir through it are
+    refused at lookup (RESOLVE_NO_MAGICLINKS), so the host file stays."""
+    victim = Path(tempfile.mkdtemp(prefix="oe-magic-", dir="/tmp"))
+    try:
+        (victim / "keep").write_bytes(b"host")
+        via = f"/proc/self/root{victim}"
+        files = SandboxFiles(Path("/"), same_mount=False)
+        for coro in (
+            files.remove(f"{via}/keep", False),
+            files.remove(via, True),
+            files.rename(f"{via}/keep", f"{via}/moved"),
+            files.make_dir(f"{via}/new", True, 0),
+            files.list_dir(via, 1, 0),
+        ):
+            assert_refused(coro, grpc.StatusCode.INVALID_ARGUMENT, "PATH_ESCAPE")
+        assert sorted(os.listdir(victim)) == ["keep"]
+        assert (victim / "keep").read_bytes() == b"host"
+    finally:
+        shutil.rmtree(victim)
+
+
+def test_listing_races_a_sandbox_that_swaps_dirs_for_host_links(sandbox: Sandbox) -> None:
+    """A deep listing while directories become links to the host and back: it never
+    reports (or enters) anything of the host."""
+    stop = threading.Event()
+    base = sandbox.root / "race"
+    for i in range(20):
+        (base / f"d{i}/sub").mkdir(parents=True)
+        (base / f"d{i}/sub/f").write_bytes(b"x")
+
+    def swapper() -> None:
+        while not stop.is_set():
+            for i in range(20):
+                d = base / f"d{i}"
+                try:
+                    if d.is_symlink():
+                        d.unlink()
+                        os.rename(base / f"keep{i}", d)
+                    else:
+                        os.rename(d, base / f"keep{i}")
+                        d.symlink_to(sandbox.host)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    try:
+        for _ in range(30):
+            entries, _ = run(sandbox.files.list_dir("/race", 5, 0))
+            names = {e.name for e in entries}
+            assert "secret" not in names, "a listing went through a link to the host"
+    finally:
+        stop.set()
+        thread.join()
