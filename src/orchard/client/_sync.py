@@ -357,10 +357,12 @@ class Sandbox(SandboxCore):
     def list_dir(
         self, path: str, depth: int = 1, max_entries: int | None = None
     ) -> builtins.list[_files.FileEntry]:
-        """The entries of the directory ``path`` (``depth`` levels down, symlinks not
-        followed), depth-first and sorted by name. At most ``max_entries`` (the
-        server's default 10,000, ceiling 100,000): more raises nothing but returns
-        the first ones; use :meth:`list_dir_page` to know."""
+        """The entries of the directory ``path`` (``depth`` levels down, at most 64;
+        symlinks listed, never followed), depth-first and sorted by name per folder.
+
+        At most ``max_entries`` come back (the server's default 10,000, ceiling
+        100,000); :meth:`list_dir_page` also says whether the listing stopped there.
+        """
         return self.list_dir_page(path, depth, max_entries)[0]
 
     def list_dir_page(
