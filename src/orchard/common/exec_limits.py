@@ -57,6 +57,17 @@ def exec_size_error(
     argv: Sequence[str], env: Sequence[str], stack_soft_limit: int | None
 ) -> str | None:
     """Why execve would refuse ``argv`` + ``env`` (``NAME=value`` strings), or None."""
+    space = arg_space(stack_soft_limit)
+    # Fast path (every ordinary command): a UTF-8 character is at most 4 bytes, so
+    # when 4x the characters fit, nothing needs encoding (this runs on every exec).
+    longest = max(map(len, argv), default=0), max(map(len, env), default=0)
+    chars = sum(map(len, argv)) + sum(map(len, env)) + len(argv) + len(env)
+    count = max(len(argv), 1) + len(env)
+    if (
+        4 * max(longest) < MAX_ARG_STRLEN
+        and 4 * chars + 2 * PATH_MAX + count * POINTER_SIZE < space
+    ):
+        return None
     for what, group in (("argument", argv), ("environment entry", env)):
         for i, text in enumerate(group):
             size = _size(text)
@@ -69,8 +80,7 @@ def exec_size_error(
     path_var = next((e[5:] for e in reversed(env) if e.startswith("PATH=")), None)
     strings = sum(map(_size, argv)) + sum(map(_size, env))
     strings += file_name_bound(argv[0], path_var) if argv else 0
-    pointers = (max(len(argv), 1) + len(env)) * POINTER_SIZE
-    space = arg_space(stack_soft_limit)
+    pointers = count * POINTER_SIZE
     if strings + pointers > space:
         stack = "unlimited" if stack_soft_limit is None else f"{stack_soft_limit} bytes"
         return (
