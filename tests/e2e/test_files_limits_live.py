@@ -66,6 +66,16 @@ def test_file_operations_sync(sb: Sandbox) -> None:
         sb.remove("/work/ops")  # not empty: only with recursive=True
     assert sb.remove("/work/ops", recursive=True) == 6
     assert not sb.exists("/work/ops")
+    # Files and trees of the image itself: removed through overlayfs whiteouts; a
+    # directory of the image cannot be renamed (overlayfs without redirect_dir says
+    # EXDEV): refused with a message saying what to do, the original intact.
+    sb.rename("/etc/hostname", "/work/hostname")
+    assert sb.exists("/work/hostname") and not sb.exists("/etc/hostname")
+    with pytest.raises(orchard.InvalidRequestError, match="copy it"):
+        sb.rename("/etc/apt", "/work/apt")
+    assert sb.exists("/etc/apt/sources.list.d") and not sb.exists("/work/apt")
+    assert sb.remove("/usr/share/doc", recursive=True) > 100
+    assert sb.exec("test -e /usr/share/doc; echo $?").stdout == b"1\n"
 
 
 def test_builtin_exceptions_through_the_stack(sb: Sandbox) -> None:

@@ -399,7 +399,12 @@ class Sandbox(SandboxCore):
             return stub.Remove(request, metadata=access.metadata).removed
 
     def rename(self, source: str, destination: str) -> None:
-        """Move ``source`` to ``destination`` (replacing a file there, like ``os.rename``)."""
+        """Move ``source`` to ``destination`` (replacing a file there, like ``os.rename``).
+
+        A directory that comes from the image itself cannot be renamed on the local
+        runtime (overlayfs refuses; ``mv`` would copy it): that is an
+        :class:`InvalidRequestError` saying so, and the directory stays where it was.
+        """
         request = _files.rename_request(self.id, source, destination)
         stub, access = self._executor()
         with translate_errors():
