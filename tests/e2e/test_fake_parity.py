@@ -22,6 +22,7 @@ import pytest
 from orchard import Orchard, OrchardError, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2
 from orchard.client._core import translate_errors
+from orchard.common.exec_limits import MAX_ARG_STRLEN
 from orchard.testing import FakeOrchard
 from tests.stack import REQUIRES_STACK, running_stack
 
@@ -123,6 +124,12 @@ SANDBOX_SCENARIOS: dict[str, Callable[[Sandbox], Any]] = {
         sb.make_dir("/work/md", exist_ok=False),
     ),
     "write for an unknown owner": lambda sb: sb.write_file("/work/o", "x", owner="no-such-xyz"),
+    # The kernel's execve limits (orchard.common.exec_limits), not a stricter round number.
+    "sixteen 64 KiB arguments": lambda sb: _exec(
+        sb, ["sh", "-c", 'echo "$#"', "sh"] + ["a" * 65536] * 16
+    ),
+    "an argument past MAX_ARG_STRLEN": lambda sb: sb.exec(["true", "x" * MAX_ARG_STRLEN]),
+    "argv past ARG_MAX": lambda sb: sb.exec(["true"] + ["y" * 65535] * 200),
 }
 
 
