@@ -29,7 +29,9 @@ def register(commands: Any) -> None:
     add_flag(p)
     p.set_defaults(run=cmd_ls)
     p = sub.add_parser(
-        "import", help="import a docker-save / OCI tarball or a rootfs directory (on this node)"
+        "import",
+        help="import a docker-save / OCI tarball, a rootfs tarball (docker export; "
+        "gz/bz2/xz/zst) or a rootfs directory (on this node)",
     )
     p.add_argument("source", metavar="SOURCE", help="a docker-save or OCI tarball, or a folder")
     p.add_argument("--name", required=True, help="the image's name in Orchard")

@@ -21,15 +21,13 @@ from orchard.client import (
     Sandbox,
     SandboxInfo,
 )
+from orchard.common.exit_codes import shell_status
 
 from ._connect import client
 from ._json import add_flag, print_lines
 
 # ``ID:/path`` names a path in a sandbox; anything else is local.
 REMOTE_RE = re.compile(r"^([a-z0-9][a-z0-9-]{2,62}):(.*)$")
-
-EXIT_TIMEOUT = 124  # GNU timeout's convention
-EXIT_SIGNAL_BASE = 128  # the shell's convention for "killed by signal N"
 
 
 def register(commands: Any) -> None:
@@ -123,12 +121,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def exit_code_of(status: ExecStatus) -> int:
-    """The shell-style exit code for how a command ended."""
-    if status.timed_out:
-        return EXIT_TIMEOUT
-    if status.signal:
-        return EXIT_SIGNAL_BASE + status.signal
-    return status.exit_code
+    """The shell-style exit code for how a command ended (124 timeout, 128+N signal N)."""
+    return shell_status(status.exit_code, status.signal, status.timed_out)
 
 
 def _stdin_chunks() -> Iterator[bytes]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc
 
-from . import _requests, _tar, _values
+from . import _files, _requests, _tar, _values
 from ._core import (
     ExecutorAccess,
     SandboxCore,
@@ -29,7 +29,7 @@ from ._core import (
     session_run_request,
     translate_errors,
 )
-from ._errors import SandboxNotFoundError
+from ._errors import PathNotFoundError, SandboxNotFoundError
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -276,10 +276,16 @@ class AsyncSandbox(SandboxCore):
         data: _requests.FileData,
         mode: int | None = None,
         make_parents: bool = True,
+        owner: _files.Owner | None = None,
     ) -> int:
         """See :meth:`Sandbox.write_file`."""
         requests = _requests.write_requests(
-            self.id, _requests.check_remote_path(path), data, mode, make_parents
+            self.id,
+            _requests.check_remote_path(path),
+            data,
+            mode,
+            make_parents,
+            _files.owner_spec(owner),
         )
         stub, access = await self._executor()
         with translate_errors():
@@ -311,10 +317,18 @@ class AsyncSandbox(SandboxCore):
             await asyncio.to_thread(f.close)
         return written
 
-    async def upload(self, local_dir: str | os.PathLike[str], remote_dir: str) -> tuple[int, int]:
+    async def upload(
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: str,
+        owner: _files.Owner | None = None,
+    ) -> tuple[int, int]:
         chunks = _tar.tar_stream(_tar.checked_local_dir(local_dir))
         requests = _requests.upload_requests(
-            self.id, _requests.check_remote_path(remote_dir, "remote_dir"), chunks
+            self.id,
+            _requests.check_remote_path(remote_dir, "remote_dir"),
+            chunks,
+            _files.owner_spec(owner),
         )
         stub, access = await self._executor()
         with translate_errors():
@@ -362,6 +376,68 @@ class AsyncSandbox(SandboxCore):
             call.cancel()  # type: ignore[no-untyped-call]
             await asyncio.to_thread(put, _END)
         return await extractor
+
+    # ---- file operations (see Sandbox and _files) ----------------------------
+
+    async def list_dir(
+        self, path: str, depth: int = 1, max_entries: int | None = None
+    ) -> builtins.list[_files.FileEntry]:
+        """See :meth:`Sandbox.list_dir`."""
+        return (await self.list_dir_page(path, depth, max_entries))[0]
+
+    async def list_dir_page(
+        self, path: str, depth: int = 1, max_entries: int | None = None
+    ) -> tuple[builtins.list[_files.FileEntry], bool]:
+        """See :meth:`Sandbox.list_dir_page`."""
+        request = _files.list_request(self.id, path, depth, max_entries)
+        stub, access = await self._executor()
+        with translate_errors():
+            resp = await stub.ListDir(request, metadata=access.metadata)
+        return [_files.file_entry(e) for e in resp.entries], resp.truncated
+
+    async def stat(self, path: str, follow_symlinks: bool = True) -> _files.FileEntry:
+        """See :meth:`Sandbox.stat`."""
+        request = _files.stat_request(self.id, path, follow_symlinks)
+        stub, access = await self._executor()
+        with translate_errors():
+            return _files.file_entry(await stub.Stat(request, metadata=access.metadata))
+
+    async def exists(self, path: str) -> bool:
+        """See :meth:`Sandbox.exists`."""
+        try:
+            await self.stat(path)
+        except PathNotFoundError:
+            return False
+        return True
+
+    async def remove(self, path: str, recursive: bool = False) -> int:
+        """See :meth:`Sandbox.remove`."""
+        request = _files.remove_request(self.id, path, recursive)
+        stub, access = await self._executor()
+        with translate_errors():
+            return (await stub.Remove(request, metadata=access.metadata)).removed
+
+    async def rename(self, source: str, destination: str) -> None:
+        """See :meth:`Sandbox.rename`."""
+        request = _files.rename_request(self.id, source, destination)
+        stub, access = await self._executor()
+        with translate_errors():
+            await stub.Rename(request, metadata=access.metadata)
+
+    async def make_dir(
+        self,
+        path: str,
+        parents: bool = True,
+        exist_ok: bool = True,
+        mode: int | None = None,
+        owner: _files.Owner | None = None,
+    ) -> bool:
+        """See :meth:`Sandbox.make_dir`."""
+        request = _files.make_dir_request(self.id, path, parents, mode, owner)
+        stub, access = await self._executor()
+        with translate_errors():
+            created = (await stub.MakeDir(request, metadata=access.metadata)).created
+        return _files.made_dir(created, path, exist_ok)
 
 
 async def _in_thread_requests(requests: Iterator[R]) -> AsyncIterator[R]:

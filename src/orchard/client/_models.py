@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
+from orchard.common.exit_codes import returncode
 
 from ._network import NetworkPolicy, network_from_proto
 
@@ -18,8 +19,9 @@ class ExecStatus:
     """How a command ended."""
 
     exit_code: int
-    """Exit code; -1 when killed by a signal."""
+    """Exit code; ``-N`` when signal N killed the command (``subprocess``'s ``returncode``)."""
     signal: int = 0
+    """The signal that killed the command, 0 if it exited."""
     timed_out: bool = False
     oom_killed: bool = False
     truncated: bool = False
@@ -55,6 +57,16 @@ class ExecResult:
     @property
     def timed_out(self) -> bool:
         return self.status.timed_out
+
+    @property
+    def signal(self) -> int:
+        """The signal that killed the command (0 if it exited); ``exit_code`` is then ``-signal``."""
+        return self.status.signal
+
+    @property
+    def returncode(self) -> int:
+        """``exit_code`` under subprocess's name, for code written against ``CompletedProcess``."""
+        return self.exit_code
 
 
 @dataclass(frozen=True)
@@ -172,7 +184,7 @@ def image_info(msg: sandbox_pb2.Image) -> ImageInfo:
 
 def exec_status(msg: executor_pb2.ExecStatus) -> ExecStatus:
     return ExecStatus(
-        exit_code=msg.exit_code,
+        exit_code=returncode(msg.exit_code, msg.signal),  # also fixes older executors' -1
         signal=msg.signal,
         timed_out=msg.timed_out,
         oom_killed=msg.oom_killed,
