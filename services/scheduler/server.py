@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
+from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import ServerObservability
@@ -27,6 +28,7 @@ from orchard.common.undecodable import UndecodableRequests
 
 from .backends.base import CLOSE, Backend, supports
 from .backends.registry import load_backend
+from .callers import SCHEDULER_CALLERS
 from .disk_full import disk_full_status
 from .lifecycle import SandboxLifecycle
 from .pool_filler import PoolFiller
@@ -84,13 +86,17 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     signer = TokenSigner(layout.keyring_file())
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
+    # Internal callers prove who they are (mutual TLS); only the gateway acts for tenants.
+    identity = InternalPKI.of_home(settings.home).identity("scheduler")
     runner = ServiceRunner(
         "scheduler",
         settings.listen,
         options=CONTROL_PLANE_SERVER_OPTIONS,
         interceptors=[UndecodableRequests(), ServerObservability("scheduler")],
+        server_credentials=identity.server_credentials(),
         address_file=layout.run / "scheduler.addr",
         translate=disk_full_status,
+        authorize=SCHEDULER_CALLERS.check,
     )
     pools = PoolFiller(lifecycle, templates, settings.pools)
     runner.add_servicer(
