@@ -10,6 +10,7 @@
     orchard reward grade INSTANCE.json PATCH | reward rank TASK CANDIDATES.jsonl
     orchard tenant create|ls|revoke|rotate-key|quota   tenants, API keys, quotas (node admin)
     orchard token-key ls | rotate [--drop KID]     data-plane token keys (node admin)
+    orchard certs ls | rotate                      internal CA and service certificates (node admin)
     orchard pool ls | hint TEMPLATE N [--within S]  warm pools of templates
     orchard net set ID MODE [--cidr C] [--port P] [--domain D] | net show ID
 
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from orchard import __version__
 from orchard.client import OrchardError
 
-from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _token_keys, _up
+from . import _certs, _images, _network, _pools, _rewards, _sandboxes, _tenants, _token_keys, _up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     _images.register(commands)
     _tenants.register(commands)
     _token_keys.register(commands)
+    _certs.register(commands)
     _pools.register(commands)
     _network.register(commands)
     _rewards.register(commands)
