@@ -137,7 +137,11 @@ def test_sandbox_network_policies_equal_the_backends(
 
 def test_one_token_key_in_both_namespaces() -> None:
     docs = render()
-    secrets = [d for d in docs if d["kind"] == "Secret"]
+    secrets = [
+        d
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"]["name"] == "orchard-executor-token"
+    ]
     assert {s["metadata"]["namespace"] for s in secrets} == {RELEASE_NS, "orchard-sandboxes"}
     assert len({s["data"]["token.key"] for s in secrets}) == 1
 
@@ -290,15 +294,16 @@ def test_probes_ask_the_grpc_health_service(
     plain_gateway = render(
         {**values, "gateway": {**values.get("gateway", {}), "tls": {"enabled": False}}}
     )
-    for name, component, chart in (
-        ("orchard-gateway", "gateway", plain_gateway),
-        ("orchard-scheduler", "scheduler", docs),
+    for name, component, chart, probe in (
+        ("orchard-gateway", "gateway", plain_gateway, "grpc"),
+        # The scheduler's port speaks only mutual TLS with internal certificates: it connects.
+        ("orchard-scheduler", "scheduler", docs, "tcpSocket"),
     ):
         container = _deployment(chart, name)["spec"]["template"]["spec"]["containers"][0]
         port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
         assert port == values.get(component, {}).get("grpcPort", port)
-        assert container["readinessProbe"]["grpc"] == {"port": port}
-        assert container["livenessProbe"]["grpc"] == {"port": port}
+        assert container["readinessProbe"][probe] == {"port": port}
+        assert container["livenessProbe"][probe] == {"port": port}
     # With TLS on (the default) the kubelet cannot speak to the gateway's port: it connects.
     tls_gateway = _deployment(docs, "orchard-gateway")["spec"]["template"]["spec"]["containers"][0]
     if values.get("gateway", {}).get("tls", {}).get("enabled", True):
