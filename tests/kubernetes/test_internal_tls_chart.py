@@ -17,10 +17,10 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helm_python.chart import Chart
+from orchard.scheduler.callers import SCHEDULER_CALLERS
 
 from orchard.common.internal_pki import ENV_INTERNAL_TLS_DIR, InternalPKI
 from orchard.common.service_runner import ServiceRunner
-from orchard.scheduler.callers import SCHEDULER_CALLERS
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "orchard"
 
