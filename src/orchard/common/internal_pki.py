@@ -42,7 +42,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from .local_ca import RENEW_BEFORE_DAYS, cert_pem, issue, key_pem, make_ca
+from .local_ca import RENEW_BEFORE_DAYS, cert_pem, issue, key_pem, make_ca, write_file
 
 ENV_INTERNAL_TLS_DIR = "ORCHARD_INTERNAL_TLS_DIR"
 IDENTITY_SUFFIX = ".orchard.internal"
@@ -60,15 +60,6 @@ class InternalPKIError(RuntimeError):
 def identity_name(service: str) -> str:
     """The name in ``service``'s certificate: ``<service>.orchard.internal``."""
     return f"{service}{IDENTITY_SUFFIX}"
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -174,8 +165,8 @@ class InternalPKI:
     def _ca(self) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         if not self.ca_file.exists() and not self.ca_key_file.exists():
             ca, key = make_ca(CA_NAME)
-            _write(self.ca_key_file, key_pem(key), 0o600)
-            _write(self.ca_file, cert_pem(ca), 0o644)
+            write_file(self.ca_key_file, key_pem(key), 0o600)
+            write_file(self.ca_file, cert_pem(ca), 0o644)
             return ca, key
         ca = x509.load_pem_x509_certificate(_read(self.ca_file, "CA certificate"))
         loaded = serialization.load_pem_private_key(_read(self.ca_key_file, "CA key"), None)
@@ -207,8 +198,8 @@ class InternalPKI:
                     continue
                 name = identity_name(service)
                 leaf, leaf_key = issue(ca, ca_key, [name])
-                _write(self.key_file(service), key_pem(leaf_key), 0o600)
-                _write(self.cert_file(service), cert_pem(leaf), 0o644)
+                write_file(self.key_file(service), key_pem(leaf_key), 0o600)
+                write_file(self.cert_file(service), cert_pem(leaf), 0o644)
 
     def rotate(self, services: Iterable[str] = SERVICES) -> None:
         """A new CA and new certificates for ``services``: every old certificate stops being
