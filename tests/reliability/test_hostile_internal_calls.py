@@ -144,6 +144,14 @@ def test_an_internal_certificate_that_is_not_the_gateway_is_denied(
     assert victim.id in [sb.id for sb in listed.sandboxes]
 
 
+def test_refused_handshakes_do_not_fill_the_logs(stack: Stack, victim: Sandbox) -> None:
+    """gRPC core logs each refused handshake at INFO; ``orchard up`` runs the services at
+    ERROR, so knocking on the mTLS port writes nothing into the data directory."""
+    _run_attacker(stack, victim, NOBODY)
+    log = (stack.home / "logs" / "scheduler.log").read_text(errors="replace")
+    assert "Handshake failed" not in log
+
+
 def test_the_internal_keys_are_roots_alone(stack: Stack) -> None:
     pki = InternalPKI.of_home(stack.home)
     assert pki.root.stat().st_mode & 0o777 == 0o700

@@ -347,7 +347,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         (layout.run / stale).unlink(missing_ok=True)
     tls = _TLSArgs.make(home, layout, args.host) if args.tls else _TLSArgs()
     _issue_internal_certificates(home)
-    env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    # gRPC core logs every refused TLS handshake at INFO, to the children's logs in the
+    # data directory: any local process could fill it by knocking on the scheduler's
+    # mTLS port. Errors only, unless the operator asks for more.
+    env = {"GRPC_VERBOSITY": "ERROR", **os.environ, "ORCHARD_HOME": str(home)}
+    env["PYTHONUNBUFFERED"] = "1"
     # TLS is orchard up's choice (--tls), never half-inherited from this shell's environment.
     for name in (*_TLS_ENV, "ORCHARD_TLS_CA"):
         env.pop(name, None)
