@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 from pathlib import Path
 
+from orchard.common.internal_pki import InternalPKIError
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
 
@@ -101,7 +103,10 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
     start_service("scheduler")
-    asyncio.run(serve(settings, on_ready=announce_address))
+    try:
+        asyncio.run(serve(settings, on_ready=announce_address))
+    except InternalPKIError as err:  # no internal certificate: say which file, no traceback
+        sys.exit(f"orchard.scheduler: {err}")
 
 
 if __name__ == "__main__":
