@@ -287,9 +287,10 @@ def test_the_tls_variants_match_the_schema(version: str) -> None:
 def test_probes_ask_the_grpc_health_service(
     rendered: tuple[dict[str, Any], list[dict[str, Any]]],
 ) -> None:
-    """The gateway and scheduler are probed with Kubernetes' native gRPC probe on their gRPC
-    port (the grpc.health.v1 service every Orchard service serves), for readiness and
-    liveness; a sandbox pod's executor for readiness only (a liveness kill would end it)."""
+    """The plaintext gateway is probed with Kubernetes' native gRPC probe on its gRPC port
+    (the grpc.health.v1 service every Orchard service serves), for readiness and liveness;
+    the scheduler (mutual TLS only) and a TLS gateway by a TCP connect; a sandbox pod's
+    executor by gRPC for readiness only (a liveness kill would end it)."""
     values, docs = rendered
     plain_gateway = render(
         {**values, "gateway": {**values.get("gateway", {}), "tls": {"enabled": False}}}
