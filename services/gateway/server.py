@@ -13,6 +13,7 @@ import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2
 from orchard.common.address_file import remove_address_file, write_address_file
+from orchard.common.health_port import HealthPort, start_health_port
 from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
@@ -58,6 +59,7 @@ class RunningGateway:
     http_address_file: Path | None = None
     internal_dir: Path | None = None
     """The private folder of the socket the REST front reaches the gRPC port by."""
+    health_port: HealthPort | None = None
 
     @property
     def http_address(self) -> str | None:
@@ -70,6 +72,8 @@ class RunningGateway:
             if self.http_address_file is not None:
                 remove_address_file(self.http_address_file, self.rest.address)
         await self.runner.stop(grace)
+        if self.health_port is not None:
+            await self.health_port.stop()
         if self.proxy is not None:
             await self.proxy.close()
         await self.channel.close(None)
@@ -111,10 +115,11 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         address_file=run / "gateway.addr",
         announce_tls=True,
     )
+    tenants_dir = settings.tenants_dir or settings.home
     service = GatewayService(
-        ApiKeyAuth(settings.home / KEY_FILE),
+        ApiKeyAuth(tenants_dir / KEY_FILE),
         channel,
-        QuotaFile(settings.home / QUOTA_FILE),
+        QuotaFile(tenants_dir / QUOTA_FILE),
         create_slots=settings.create_slots,
     )
     pool_service = pools_pb2.DESCRIPTOR.services_by_name["PoolService"]
@@ -152,6 +157,8 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         running.metrics_address = serve_metrics(
             settings.metrics_listen, run / "gateway.metrics.addr"
         )
+    if settings.health_listen is not None:
+        running.health_port = await start_health_port(runner.health, settings.health_listen)
     await runner.serving()
     log.info(
         "gateway serving",

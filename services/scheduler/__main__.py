@@ -81,6 +81,12 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
     parser.add_argument(
         "--metrics-listen", default=None, help="serve Prometheus /metrics here (port 0: a free one)"
     )
+    parser.add_argument(
+        "--health-listen",
+        default=None,
+        help="also serve only grpc.health.v1, in plaintext, here (for probes that cannot do "
+        "the scheduler's mutual TLS)",
+    )
     args = parser.parse_args(argv)
     images_env = os.environ.get("ORCHARD_IMAGES_DIR")
     init_env = os.environ.get("ORCHARD_INIT_BINARY")
@@ -97,6 +103,7 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         delete_all_on_shutdown=args.delete_all_on_shutdown,
         delete_waits_for_teardown=args.delete_waits_for_teardown,
         metrics_listen=args.metrics_listen,
+        health_listen=args.health_listen,
     )
 
 

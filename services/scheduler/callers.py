@@ -5,9 +5,9 @@ The scheduler believes the ``orchard-tenant`` and ``orchard-quota`` metadata of 
 the gateway: every call arrives over mutual TLS with a certificate of the internal CA
 (``orchard.common.internal_pki``), and this policy allows SandboxService and PoolService to
 the ``gateway`` identity only. The health service answers any internal identity (a probe
-run by an operator with a service's certificate); Kubernetes probes the port with a TCP
-connect (the kubelet's gRPC probe cannot present a certificate). Any RPC service added
-later is refused until it is named here.
+run by an operator with a service's certificate); the kubelet's gRPC probe, which cannot
+present a certificate, asks the plaintext health-only port (``--health-listen``). Any RPC
+service added later is refused until it is named here.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
+from orchard.common.health_port import HealthPort, start_health_port
 from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
@@ -55,9 +56,12 @@ class RunningScheduler:
     unregister_metrics: Callable[[], None] = lambda: None
     owns_backend: bool = False
     """The scheduler loaded the backend itself (not handed one), so it closes it on stop."""
+    health_port: HealthPort | None = None
 
     async def stop(self, settings: SchedulerSettings) -> None:
         await self.runner.stop(settings.shutdown_grace_seconds)
+        if self.health_port is not None:
+            await self.health_port.stop()
         self.unregister_metrics()
         await self.pools.stop()
         await self.reaper.stop()
@@ -124,9 +128,12 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     if settings.metrics_listen is not None:
         metrics = serve_metrics(settings.metrics_listen, layout.run / "scheduler.metrics.addr")
         log.info("scheduler metrics", address=metrics)
+    health_port = None
+    if settings.health_listen is not None:
+        health_port = await start_health_port(runner.health, settings.health_listen)
     await runner.serving()
     return RunningScheduler(
-        address, runner, lifecycle, reaper, store, pools, unregister, owns_backend
+        address, runner, lifecycle, reaper, store, pools, unregister, owns_backend, health_port
     )
 
 

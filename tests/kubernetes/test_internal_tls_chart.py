@@ -14,20 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from helm_python.chart import Chart
 from orchard.scheduler.callers import SCHEDULER_CALLERS
 
 from orchard.common.internal_pki import ENV_INTERNAL_TLS_DIR, InternalPKI
 from orchard.common.service_runner import ServiceRunner
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "orchard"
+from .test_helm_chart import render
 
 
 def _docs() -> list[dict[str, Any]]:
-    out = Chart.load(CHART).render(values={}, name="orchard", namespace="orchard")
-    return [d for text in out.values() for d in yaml.safe_load_all(text) if d]
+    return render()  # the defaults, with the tenant every install needs
 
 
 def _pod_folder(docs: list[dict[str, Any]], service: str, root: Path) -> Path:

@@ -121,6 +121,7 @@ class AsyncSandbox(SandboxCore):
         await default_async_client(endpoint, api_key).sandboxes.delete(sandbox_id)
 
     async def info(self) -> SandboxInfo:
+        """See :meth:`Sandbox.info`."""
         with translate_errors():
             msg = await self.client._control().GetSandbox(
                 self._get_request(), metadata=self.client.api_metadata
@@ -155,6 +156,7 @@ class AsyncSandbox(SandboxCore):
         return self._info
 
     async def delete(self) -> None:
+        """See :meth:`Sandbox.delete`."""
         await self.client.sandboxes.delete(self.id)
         self._deleted = True
 
@@ -235,6 +237,7 @@ class AsyncSandbox(SandboxCore):
     async def session(
         self, cwd: str | None = None, env: Mapping[str, str] | None = None, user: str | None = None
     ) -> AsyncSession:
+        """See :meth:`Sandbox.session`."""
         stub, access = await self._executor()
         with translate_errors():
             msg = await stub.CreateSession(
@@ -259,6 +262,7 @@ class AsyncSandbox(SandboxCore):
         mode: int | None = None,
         make_parents: bool = True,
     ) -> int:
+        """See :meth:`Sandbox.write_file`."""
         requests = _requests.write_requests(
             self.id, _requests.check_remote_path(path), data, mode, make_parents
         )
@@ -268,6 +272,7 @@ class AsyncSandbox(SandboxCore):
         return resp.size
 
     async def iter_file(self, path: str) -> AsyncIterator[bytes]:
+        """See :meth:`Sandbox.iter_file`."""
         request = self._read_request(path)
         stub, access = await self._executor()
         with translate_errors():
@@ -276,9 +281,11 @@ class AsyncSandbox(SandboxCore):
                     yield chunk.data
 
     async def read_file(self, path: str) -> bytes:
+        """See :meth:`Sandbox.read_file`."""
         return b"".join([c async for c in self.iter_file(path)])
 
     async def download_file(self, path: str, local_path: str | os.PathLike[str]) -> int:
+        """See :meth:`Sandbox.download_file`."""
         written = 0
         f = await asyncio.to_thread(open, local_path, "wb")
         try:
@@ -376,6 +383,7 @@ class AsyncSession:
         self.id = session_id
 
     async def run(self, command: str, timeout: float | None = None) -> ExecResult:  # noqa: ASYNC109
+        """See :meth:`Session.run`."""
         stub, access = await self.sandbox._executor()
         request = session_run_request(self.sandbox.id, self.id, command, timeout)
         with translate_errors():
@@ -385,6 +393,7 @@ class AsyncSession:
         return exec_result(resp)
 
     async def interrupt(self) -> None:
+        """See :meth:`Session.interrupt`."""
         stub, access = await self.sandbox._executor()
         with translate_errors():
             await stub.InterruptSession(
@@ -392,6 +401,7 @@ class AsyncSession:
             )
 
     async def close(self) -> None:
+        """See :meth:`Session.close`."""
         stub, access = await self.sandbox._executor()
         with translate_errors():
             await stub.CloseSession(session_ref(self.sandbox.id, self.id), metadata=access.metadata)

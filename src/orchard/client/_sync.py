@@ -339,6 +339,7 @@ class Session:
         self.id = session_id
 
     def run(self, command: str, timeout: float | None = None) -> ExecResult:
+        """Run ``command`` in the session's shell and wait for it (its cd, exports and functions stay)."""
         stub, access = self.sandbox._executor()
         request = session_run_request(self.sandbox.id, self.id, command, timeout)
         with translate_errors():
@@ -354,6 +355,7 @@ class Session:
             stub.InterruptSession(session_ref(self.sandbox.id, self.id), metadata=access.metadata)
 
     def close(self) -> None:
+        """End the session's shell."""
         stub, access = self.sandbox._executor()
         with translate_errors():
             stub.CloseSession(session_ref(self.sandbox.id, self.id), metadata=access.metadata)
