@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
+from orchard.common.internal_pki import InternalPKIError
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
 from orchard.common.tls import tls_from_arguments
@@ -96,7 +98,10 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
     start_service("gateway")
-    asyncio.run(serve(settings, on_ready=announce_address))
+    try:
+        asyncio.run(serve(settings, on_ready=announce_address))
+    except InternalPKIError as err:  # no internal certificate: say which file, no traceback
+        sys.exit(f"orchard.gateway: {err}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import structlog
 from orchard._proto.orchard.v1 import pools_pb2
 from orchard.common.address_file import remove_address_file, write_address_file
 from orchard.common.health_port import HealthPort, start_health_port
+from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
@@ -96,10 +97,13 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         dev_key = ensure_dev_key(settings.home)
         if dev_key is not None:
             log.info("dev API key", path=str(dev_key))
-    channel = grpc.aio.insecure_channel(
+    # The scheduler admits only the gateway's internal certificate (mutual TLS).
+    identity = InternalPKI.of_home(settings.home).identity("gateway")
+    channel = identity.aio_channel(
+        "scheduler",
         settings.scheduler,
         options=CHANNEL_OPTIONS,
-        interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
+        interceptors=[OutgoingContextInterceptor()],
     )
     run = NodeLayout(settings.home).run
     runner = ServiceRunner(

@@ -40,6 +40,7 @@ from orchard.scheduler.backends.kubernetes import manifests as m
 from orchard.scheduler.backends.netpolicy.settings import EgressLimits
 
 from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
+from orchard.common.internal_pki import InternalPKI
 from orchard.common.quotas import Quota, QuotaTable
 
 from .lookup_apiserver import LookupApiServer
@@ -171,11 +172,14 @@ class RecordingScheduler(sandbox_pb2_grpc.SandboxServiceServicer):
 
 
 @asynccontextmanager
-async def _scheduler() -> AsyncIterator[tuple[str, RecordingScheduler]]:
+async def _scheduler(home: Path) -> AsyncIterator[tuple[str, RecordingScheduler]]:
+    """A recording SandboxService served as the real scheduler is: mutual TLS with the
+    scheduler's internal certificate of ``home`` (the gateway of ``home`` presents its own)."""
     server = grpc.aio.server()
     servicer = RecordingScheduler()
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    identity = InternalPKI.of_home(home, environ={}).identity("scheduler")
+    port = server.add_secure_port("127.0.0.1:0", identity.server_credentials())
     await server.start()
     try:
         yield f"127.0.0.1:{port}", servicer
@@ -213,7 +217,7 @@ def test_the_gateway_started_as_the_chart_says_serves_the_secrets_keys(tmp_path:
     assert "--no-dev-key" in chart_args
 
     async def scenario() -> None:
-        async with _scheduler() as (scheduler_address, scheduler):
+        async with _scheduler(tmp_path / "home") as (scheduler_address, scheduler):
             moved = {
                 "--home": str(tmp_path / "home"),
                 "--tenants-dir": str(tenants_dir),

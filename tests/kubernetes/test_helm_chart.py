@@ -305,8 +305,9 @@ def test_probes_ask_the_grpc_health_service(
 ) -> None:
     """The gateway and scheduler are probed with Kubernetes' native gRPC probe (the
     grpc.health.v1 service every Orchard service serves), for readiness and liveness, on a
-    port the process serves in plaintext (the kubelet's probe cannot speak TLS): the
-    scheduler's gRPC port, the gateway's health-only port (``--health-listen``, TLS or not);
+    port the process serves in plaintext (the kubelet's probe cannot speak TLS): their
+    health-only ports (``--health-listen``; the gateway's TLS or not, the scheduler's gRPC
+    port speaks only mutual TLS with internal certificates);
     a sandbox pod's executor for readiness only (a liveness kill would end it)."""
     values, docs = rendered
     plain_gateway = render(
@@ -315,7 +316,7 @@ def test_probes_ask_the_grpc_health_service(
     for chart in (docs, plain_gateway):
         for name, flag, port_name in (
             ("orchard-gateway", "--health-listen=", "health"),
-            ("orchard-scheduler", "--listen=", "grpc"),
+            ("orchard-scheduler", "--health-listen=", "health"),
         ):
             container = _deployment(chart, name)["spec"]["template"]["spec"]["containers"][0]
             port = next(p["containerPort"] for p in container["ports"] if p["name"] == port_name)

@@ -11,6 +11,7 @@
     orchard reward grade INSTANCE.json PATCH | reward rank TASK CANDIDATES.jsonl
     orchard tenant create|ls|revoke|rotate-key|quota   tenants, API keys, quotas (node admin)
     orchard token-key ls | rotate [--drop KID]     data-plane token keys (node admin)
+    orchard certs ls | rotate                      internal CA and service certificates (node admin)
     orchard pool ls [--json] | hint TEMPLATE N [--within S]  warm pools of templates
     orchard net set ID MODE [--cidr C] [--port P] [--domain D] | net show ID
     orchard port-forward ID PORT [--local-port N]  reach a port inside from 127.0.0.1 (Ctrl-C stops)
@@ -32,6 +33,7 @@ from orchard import __version__
 from orchard.client import OrchardError
 
 from . import (
+    _certs,
     _delete,
     _global_flags,
     _images,
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     _images.register(commands)
     _tenants.register(commands)
     _token_keys.register(commands)
+    _certs.register(commands)
     _pools.register(commands)
     _network.register(commands)
     _rewards.register(commands)

@@ -24,7 +24,12 @@ nginx data-plane proxy (both sides) and the rewards service. Clients find the CA
 is ``grpcs://host:port``, ``run/gateway-http.addr`` ``https://host:port``,
 ``run/data-plane.addr`` and ``run/rewards.addr`` ``grpcs://...``. The SDK trusts
 ``run/ca.pem`` when its endpoint comes from that home (``orchard.client._tls``).
-The scheduler's port stays plaintext on loopback (only the gateway calls it).
+
+Internal calls are always authenticated, ``--tls`` or not: before starting anything,
+``orchard up`` issues the internal CA and the gateway's and the scheduler's certificates
+under ``<home>/secrets/internal/`` (root's, 0700; ``orchard.common.internal_pki``), and the
+scheduler serves mutual TLS that admits only the gateway's certificate
+(``orchard.scheduler.callers``).
 """
 
 from __future__ import annotations
@@ -299,6 +304,18 @@ class _TLSArgs:
         )
 
 
+def _issue_internal_certificates(home: Path) -> None:
+    """The internal CA and every service's certificate, before any service starts (so two
+    children never race to make the CA)."""
+    from orchard.common.internal_pki import InternalPKI, InternalPKIError
+
+    pki = InternalPKI.of_home(home)
+    try:
+        pki.ensure()
+    except (OSError, ValueError, InternalPKIError) as err:
+        raise StackError(f"cannot issue the internal certificates in {pki.root}: {err}") from None
+
+
 def writable_layer(run_dir: Path) -> str:
     """What the scheduler's local backend chose for sandboxes' writable layer, in one line
     (``scratch.choose`` decides by kernel and writes it at start)."""
@@ -329,7 +346,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     ):
         (layout.run / stale).unlink(missing_ok=True)
     tls = _TLSArgs.make(home, layout, args.host) if args.tls else _TLSArgs()
-    env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    _issue_internal_certificates(home)
+    # gRPC core logs every refused TLS handshake at INFO, to the children's logs in the
+    # data directory: any local process could fill it by knocking on the scheduler's
+    # mTLS port. Errors only, unless the operator asks for more.
+    env = {"GRPC_VERBOSITY": "ERROR", **os.environ, "ORCHARD_HOME": str(home)}
+    env["PYTHONUNBUFFERED"] = "1"
     # TLS is orchard up's choice (--tls), never half-inherited from this shell's environment.
     for name in (*_TLS_ENV, "ORCHARD_TLS_CA"):
         env.pop(name, None)
