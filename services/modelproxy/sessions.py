@@ -132,10 +132,11 @@ class SessionStore:
         return session
 
     def of_tenant(self, tenant: str, session_id: str) -> Session:
-        """``session_id`` if ``tenant`` owns it: 404 otherwise (another tenant's looks absent)."""
+        """``session_id`` if ``tenant`` owns it: 403 otherwise, the same answer for another
+        tenant's session and for none at all (existence is not told)."""
         session = self._sessions.get(session_id)
         if session is None or session.info.tenant != tenant:
-            raise ProxyError(404, "SESSION_NOT_FOUND", f"no session {session_id[:40]!r}")
+            raise ProxyError(403, "SESSION_FORBIDDEN", f"no session {session_id[:40]!r} of yours")
         return session
 
     def finish(

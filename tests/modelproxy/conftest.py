@@ -110,7 +110,9 @@ def upstream() -> Iterator[tuple[ScriptedUpstream, str]]:
 
 @pytest.fixture
 def proxy(tmp_path: Path, upstream: tuple[ScriptedUpstream, str], gateway: str) -> Iterator[Proxy]:
-    started = start_proxy(tmp_path, upstream[1], gateway, "--max-body-bytes", "65536")
+    started = start_proxy(
+        tmp_path, upstream[1], gateway, "--max-body-bytes", "65536", "--body-timeout-seconds", "2"
+    )
     try:
         yield started
     finally:
