@@ -34,6 +34,7 @@ from aiohttp import web
 from .calls import Translation, model_call
 from .chat_api import ChatTranslation
 from .errors import ProxyError, bad_request
+from .samples import samples
 from .sessions import Session, SessionStore
 from .settings import ProxySettings
 from .tenant_keys import TenantKeys
@@ -65,6 +66,7 @@ class ModelProxy:
         app.router.add_get("/v1/sessions/{id}", self.get_session)
         app.router.add_post("/v1/sessions/{id}/finish", self.finish_session)
         app.router.add_get("/v1/sessions/{id}/calls", self.session_calls)
+        app.router.add_get("/v1/sessions/{id}/samples", self.session_samples)
         for path in TRANSLATIONS:
             app.router.add_post(f"/s/{{credential}}/v1/{path}", self.model_call)
         return app
@@ -165,6 +167,12 @@ class ModelProxy:
     async def session_calls(self, request: web.Request) -> web.Response:
         session = await self._own_session(request)
         lines = "".join(json.dumps(r) + "\n" for r in session.calls.records)
+        return web.Response(text=lines, content_type="application/x-ndjson")
+
+    async def session_samples(self, request: web.Request) -> web.Response:
+        session = await self._own_session(request)
+        rows = samples(session.calls.records, session.info.public())
+        lines = "".join(json.dumps(r) + "\n" for r in rows)
         return web.Response(text=lines, content_type="application/x-ndjson")
 
 
