@@ -43,6 +43,7 @@ def _record(
         "model_version": session.info.model_version,
         "started_at": started_wall,
         "stream": bool(chat.get("stream")),
+        "not_carried": list(getattr(translation, "not_carried", [])),
         "_t0": started,
     }
 

@@ -34,6 +34,8 @@ from aiohttp import web
 from .calls import Translation, model_call
 from .chat_api import ChatTranslation
 from .errors import ProxyError, bad_request
+from .messages_api import MessagesTranslation
+from .responses_api import ResponsesTranslation
 from .samples import samples
 from .sessions import Session, SessionStore
 from .settings import ProxySettings
@@ -44,6 +46,8 @@ log = structlog.get_logger("orchard.modelproxy")
 
 TRANSLATIONS: dict[str, Callable[[dict[str, Any]], Translation]] = {
     "chat/completions": ChatTranslation,
+    "messages": MessagesTranslation,
+    "responses": ResponsesTranslation,
 }
 
 
