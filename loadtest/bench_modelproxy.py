@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 BODY_TEXT = "The bug is in add(): it subtracts. Fix: return a + b."
+LITELLM_KEY = "sk-bench-" + os.urandom(16).hex()
 PIECES = [BODY_TEXT[i : i + 6] for i in range(0, len(BODY_TEXT), 6)]
 
 
@@ -82,9 +83,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_port(port: int, timeout: float) -> None:
+def _wait_port(port: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise TimeoutError(f"the process for port {port} exited ({process.returncode})")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             return
@@ -177,12 +180,15 @@ def _start_litellm(
         "      api_key: dummy\n"
         "litellm_settings:\n  drop_params: true\n  telemetry: false\n"
     )
-    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False"}
+    # offline: the cost map from the package, no telemetry; a strong master key (LiteLLM
+    # refuses to start without one)
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": LITELLM_KEY}  # fmt: skip
     log = open(home / "litellm.log", "wb")  # noqa: SIM115 (the process's stderr for its life)
     process = subprocess.Popen([binary, "--config", str(config), "--port", str(port), "--host", "127.0.0.1",
                                 "--num_workers", "1"], stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
     try:
-        _wait_port(port, 180)
+        _wait_port(port, 180, process)
     except TimeoutError as err:
         process.kill()
         return None, 0, f"{err}: {(home / 'litellm.log').read_text()[-500:]}"
@@ -237,7 +243,7 @@ def main() -> None:
             paths = [Path_("direct", up_port, "/v1"),
                      Path_("orchard_modelproxy", proxy_port, f"/s/{session['credential']}/v1")]  # fmt: skip
             if litellm_port:
-                paths.append(Path_("litellm", litellm_port, "/v1", key="dummy"))
+                paths.append(Path_("litellm", litellm_port, "/v1", key=LITELLM_KEY))
             for i in range(args.warmup + args.calls):
                 for stream in (False, True):
                     for path in paths if i % 2 else reversed(paths):

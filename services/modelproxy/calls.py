@@ -4,7 +4,8 @@ The same path serves every front (``chat_api``, ``responses_api``, ``messages_ap
 front's translation gives the Chat body, the upstream answers Chat, the translation gives
 the harness its own format back, and the record keeps the harness's request, the upstream's
 (reassembled) answer, what the harness got, the token ids and logprobs, and timing.
-A streamed answer reaches the harness chunk by chunk as the upstream sends it.
+A streamed answer reaches the harness chunk by chunk as the upstream sends it; the record is
+serialised and written after the harness has its whole answer (off its latency).
 """
 
 from __future__ import annotations
@@ -81,8 +82,12 @@ async def model_call(
         record.update(status=200, error=None, prompt_token_ids=prompt,
                       completion_token_ids=completion_ids, completion_logprobs=logprobs,
                       response=answer if translation.api != "chat" else client)  # fmt: skip
+        # the harness has its answer before the record is serialised and written
+        response = web.json_response(client)
+        await response.prepare(request)
+        await response.write_eof()
         session.calls.put(record)
-        return web.json_response(client)
+        return response
     assembler = ChatAssembler()
     response: web.StreamResponse | None = None
     try:
@@ -113,7 +118,7 @@ async def model_call(
         await response.prepare(request)
     tail = translation.close(completion)
     record["client_response"] = None
-    _finish(session, record, completion, 200)
     await response.write(tail)
     await response.write_eof()
+    _finish(session, record, completion, 200)
     return response
