@@ -70,7 +70,11 @@ async def model_call(
     chat = upstream.prepare(translation.to_chat())
     record = _record(session, translation, raw, chat, time.perf_counter(), time.time())
     if not chat.get("stream"):
-        status, answer = await upstream.complete(chat)
+        try:
+            status, answer = await upstream.complete(chat)
+        except ProxyError as err:  # recorded too: a rollout's infrastructure trouble is evidence
+            _finish(session, record, None, err.status, {"code": err.code, "message": err.message})
+            raise
         if status != 200:
             _finish(session, record, None, status, answer)
             return web.json_response(translation.error_body(status, answer), status=status)
@@ -83,11 +87,11 @@ async def model_call(
                       completion_token_ids=completion_ids, completion_logprobs=logprobs,
                       response=answer if translation.api != "chat" else client)  # fmt: skip
         # the harness has its answer before the record is serialised and written
-        response = web.json_response(client)
-        await response.prepare(request)
-        await response.write_eof()
+        answered = web.json_response(client)
+        await answered.prepare(request)
+        await answered.write_eof()
         session.calls.put(record)
-        return response
+        return answered
     assembler = ChatAssembler()
     response: web.StreamResponse | None = None
     try:

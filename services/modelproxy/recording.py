@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import ProxyError
 
@@ -39,12 +39,15 @@ class CallLog:
         self._max_calls, self._max_bytes = max_calls, max_bytes
         self.bytes = path.stat().st_size if path.exists() else 0
         self.torn_lines = 0
-        self._file = open(path, "ab")  # noqa: SIM115 (closed by close())
+        self._file: BinaryIO | None = None
+        """Opened at the first write, closed by close(): a thousand idle sessions hold no fds."""
 
     @classmethod
     def load(cls, path: Path, max_calls: int, max_bytes: int) -> CallLog:
         log = cls(path, max_calls, max_bytes)
         by_index: dict[int, dict[str, Any]] = {}
+        if not path.exists():
+            return log
         with open(path, "rb") as f:
             for line in f:
                 try:
@@ -80,14 +83,19 @@ class CallLog:
             self._by_digest[record["digest"]] = record["index"]
             self.records.append(record)
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        if self._file is None:
+            self._file = open(self.path, "ab")  # noqa: SIM115 (closed by close())
         self._file.write(line)
         self._file.flush()
         self.bytes += len(line)
         return record
 
     def sync(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -16,6 +16,7 @@ Two faces on one port:
       POST /s/{credential}/v1/chat/completions   OpenAI Chat
       POST /s/{credential}/v1/responses          OpenAI Responses (onto Chat)
       POST /s/{credential}/v1/messages           Anthropic Messages (onto Chat)
+      GET  /s/{credential}/v1/models             the upstream's model list (not recorded)
 
 A request body is read with a size cap (413) and a deadline (408) before anything else, so
 an oversized or trickled body holds no more than its share.
@@ -73,6 +74,7 @@ class ModelProxy:
         app.router.add_get("/v1/sessions/{id}/samples", self.session_samples)
         for path in TRANSLATIONS:
             app.router.add_post(f"/s/{{credential}}/v1/{path}", self.model_call)
+        app.router.add_get("/s/{credential}/v1/models", self.list_models)
         return app
 
     async def read_body(self, request: web.Request) -> bytes:
@@ -119,6 +121,13 @@ class ModelProxy:
         path = request.path.split("/v1/", 1)[1]
         translation = TRANSLATIONS[path](body)
         return await model_call(request, session, self.upstream, translation, raw)
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        self.store.by_credential(request.match_info["credential"])
+        if not self.upstream.configured:
+            raise ProxyError(503, "UPSTREAM_NOT_CONFIGURED", "the proxy has no upstream")
+        status, answer = await self.upstream.models()
+        return web.json_response(answer, status=status)
 
     # ---- the tenant's admin calls ----------------------------------------------------
 

@@ -147,6 +147,7 @@ class SessionStore:
         if reward is not None and not isinstance(reward, int | float):
             raise bad_request("reward: expected a number or null")
         session.calls.sync()
+        session.calls.close()  # a finished session takes no more calls: its fd goes
         session.info.reward = None if reward is None else float(reward)
         session.info.fault, session.info.fault_message = fault, fault_message[:4096]
         session.info.finished_at = session.info.finished_at or time.time()

@@ -77,12 +77,18 @@ class Upstream:
             ) as response:
                 raw = await response.read()
                 return response.status, _json_of(raw, response.status)
-        except TimeoutError:
-            raise ProxyError(
-                504, "UPSTREAM_TIMEOUT", "the upstream did not answer in time"
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise ProxyError(502, "UPSTREAM_UNREACHABLE", f"upstream: {exc}") from None
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _unreachable(exc) from None
+
+    async def models(self) -> tuple[int, dict[str, Any]]:
+        """The upstream's ``GET /models`` (harnesses list models at start)."""
+        try:
+            async with self._session().get(
+                self.url.removesuffix("/chat/completions") + "/models", headers=self._headers
+            ) as response:
+                return response.status, _json_of(await response.read(), response.status)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _unreachable(exc) from None
 
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         """(status, event) for each SSE ``data:`` event; a non-200 answer comes as one event."""
@@ -100,12 +106,15 @@ class Upstream:
                     if data == b"[DONE]":
                         return
                     yield 200, _json_of(data, 502)
-        except TimeoutError:
-            raise ProxyError(
-                504, "UPSTREAM_TIMEOUT", "the upstream did not answer in time"
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise ProxyError(502, "UPSTREAM_UNREACHABLE", f"upstream: {exc}") from None
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _unreachable(exc) from None
+
+
+def _unreachable(exc: BaseException) -> ProxyError:
+    """A failed upstream call as the harness's error: 504 on a timeout, 502 otherwise."""
+    if isinstance(exc, TimeoutError):
+        return ProxyError(504, "UPSTREAM_TIMEOUT", "the upstream did not answer in time")
+    return ProxyError(502, "UPSTREAM_UNREACHABLE", f"upstream: {exc}")
 
 
 def _json_of(raw: bytes, status: int) -> dict[str, Any]:

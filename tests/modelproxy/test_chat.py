@@ -4,10 +4,13 @@ them, tool calls, streaming, and the engine's token ids and logprobs recorded.""
 from __future__ import annotations
 
 import json
+import socket
+from pathlib import Path
 
 import openai
+import pytest
 
-from .conftest import Proxy
+from .conftest import Proxy, start_proxy, stop_proxy
 from .scripted_upstream import ScriptedUpstream, completion_text, logprob_of, prompt_ids, tokens
 
 TOOL = {"type": "function", "function": {"name": "run", "parameters": {
@@ -123,3 +126,29 @@ def test_retry_of_the_same_body_is_one_record_marked_retried(
     [record] = proxy.records(session["id"])
     assert record["retries"] == 1 and record["status"] == 200
     assert record["response"]["choices"][0]["message"]["content"] == "second try"
+
+
+def test_model_list_is_the_upstreams_and_needs_the_session(proxy: Proxy) -> None:
+    session = proxy.session()
+    client = openai.OpenAI(base_url=session["openai_base_url"], api_key="x", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["scripted"]
+    status, answer = proxy.call("GET", "/s/ses_000000000000000000000000.x/v1/models", key=None)
+    assert status == 401 and answer["error"]["code"] == "SESSION_INVALID"
+
+
+def test_an_unreachable_upstream_is_a_502_and_is_recorded(tmp_path: Path, gateway: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    proxy = start_proxy(tmp_path, dead, gateway)
+    try:
+        session = proxy.session()
+        client = openai.OpenAI(base_url=session["openai_base_url"], api_key="x", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as err:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert err.value.status_code == 502 and "Cannot connect" in str(err.value)
+        assert err.value.code == "UPSTREAM_UNREACHABLE"
+        [record] = proxy.records(session["id"])
+        assert record["status"] == 502 and record["error"]["code"] == "UPSTREAM_UNREACHABLE"
+    finally:
+        stop_proxy(proxy)
