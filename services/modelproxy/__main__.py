@@ -53,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxySettings, dict[str, 
     parser.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     parser.add_argument("--max-calls-per-session", type=int, default=10_000)
     parser.add_argument("--body-timeout-seconds", type=float, default=30.0)
+    parser.add_argument("--max-concurrent-calls-per-session", type=int, default=32)
     args = parser.parse_args(argv)
     home = args.home or orchard_home()
     gateway = args.gateway
@@ -74,6 +75,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxySettings, dict[str, 
         public_url=args.public_url.rstrip("/"), gateway_ca=args.gateway_ca,
         max_body_bytes=args.max_body_bytes, max_calls_per_session=args.max_calls_per_session,
         body_timeout_seconds=args.body_timeout_seconds,
+        max_concurrent_calls_per_session=args.max_concurrent_calls_per_session,
     )  # fmt: skip
     return settings, extra
 

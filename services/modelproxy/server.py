@@ -61,6 +61,8 @@ class ModelProxy:
         self.keys = keys
         self.upstream = upstream
         self.public_url = settings.public_url
+        self.in_flight: dict[str, int] = {}
+        """Model calls in flight, by session id and by ``tenant:<name>``."""
 
     def app(self) -> web.Application:
         # aiohttp's own cap sits above ours: ours answers first, in the JSON error shape.
@@ -117,10 +119,25 @@ class ModelProxy:
         if not self.upstream.configured:
             raise ProxyError(503, "UPSTREAM_NOT_CONFIGURED",
                              "the proxy has no upstream (--upstream, $ORCHARD_MODEL_UPSTREAM)")  # fmt: skip
-        raw, body = await self.json_body(request)
-        path = request.path.split("/v1/", 1)[1]
-        translation = TRANSLATIONS[path](body)
-        return await model_call(request, session, self.upstream, translation, raw)
+        shares = ((session.info.id, self.settings.max_concurrent_calls_per_session),
+                  (f"tenant:{session.info.tenant}", self.settings.max_concurrent_calls_per_tenant))  # fmt: skip
+        for key, limit in shares:
+            if self.in_flight.get(key, 0) >= limit:
+                raise ProxyError(
+                    429, "TOO_MANY_CALLS", f"{limit} calls in flight for {key.split(':')[0]}"
+                )
+        for key, _ in shares:
+            self.in_flight[key] = self.in_flight.get(key, 0) + 1
+        try:
+            raw, body = await self.json_body(request)
+            path = request.path.split("/v1/", 1)[1]
+            translation = TRANSLATIONS[path](body)
+            return await model_call(request, session, self.upstream, translation, raw)
+        finally:
+            for key, _ in shares:
+                self.in_flight[key] -= 1
+                if not self.in_flight[key]:
+                    del self.in_flight[key]
 
     async def list_models(self, request: web.Request) -> web.Response:
         self.store.by_credential(request.match_info["credential"])

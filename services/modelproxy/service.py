@@ -29,7 +29,8 @@ async def serve(
     credentials = upstream_credentials(settings.gateway_ca) if settings.gateway_ca else None
     channel = aio_channel(settings.gateway, credentials)
     upstream = Upstream(settings.upstream, settings.upstream_kind, settings.upstream_api_key,
-                        settings.upstream_timeout_seconds, extra_body)  # fmt: skip
+                        settings.upstream_timeout_seconds, extra_body,
+                        settings.max_answer_bytes)  # fmt: skip
     await upstream.start()
     store = SessionStore(
         settings.data_dir / "sessions", settings.max_calls_per_session,

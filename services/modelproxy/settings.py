@@ -40,6 +40,13 @@ class ProxySettings:
     max_session_bytes: int = 256 * 1024 * 1024
     """Recorded bytes a session may hold on disk; further calls are refused with 429."""
     max_open_sessions_per_tenant: int = 10_000
+    max_concurrent_calls_per_session: int = 32
+    """Model calls of one session in flight at once; more are refused with 429 (a harness's
+    runaway fan-out holds no more than its share of the proxy and the upstream)."""
+    max_concurrent_calls_per_tenant: int = 512
+    """The same over all of a tenant's sessions: one tenant cannot starve another."""
+    max_answer_bytes: int = 64 * 1024 * 1024
+    """Largest upstream answer (unstreamed body, or a stream's total); larger is a 502."""
     key_cache_seconds: float = 60.0
     """How long a key the gateway accepted is trusted without asking again."""
     gateway_ca: Path | None = None

@@ -32,7 +32,7 @@ TOKEN_REQUESTS: dict[str, dict[str, Any]] = {
 class Upstream:
     def __init__(
         self, base_url: str, kind: str, api_key: str, timeout_seconds: float,
-        extra_body: dict[str, Any] | None = None,
+        extra_body: dict[str, Any] | None = None, max_answer_bytes: int = 64 * 1024 * 1024,
     ) -> None:  # fmt: skip
         if kind not in TOKEN_REQUESTS:
             raise ValueError(f"upstream kind {kind!r}: expected one of {', '.join(TOKEN_REQUESTS)}")
@@ -45,6 +45,7 @@ class Upstream:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds, sock_connect=10)
         self._client: aiohttp.ClientSession | None = None
+        self._max_answer = max_answer_bytes
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=1024, keepalive_timeout=60, ttl_dns_cache=300)
@@ -75,10 +76,19 @@ class Upstream:
             async with self._session().post(
                 self.url, data=json.dumps(body), headers=self._headers
             ) as response:
-                raw = await response.read()
+                raw = await self._read_capped(response)
                 return response.status, _json_of(raw, response.status)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise _unreachable(exc) from None
+
+    async def _read_capped(self, response: aiohttp.ClientResponse) -> bytes:
+        chunks, size = [], 0
+        async for chunk in response.content.iter_any():
+            size += len(chunk)
+            if size > self._max_answer:
+                raise _too_large(self._max_answer)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def models(self) -> tuple[int, dict[str, Any]]:
         """The upstream's ``GET /models`` (harnesses list models at start)."""
@@ -86,7 +96,7 @@ class Upstream:
             async with self._session().get(
                 self.url.removesuffix("/chat/completions") + "/models", headers=self._headers
             ) as response:
-                return response.status, _json_of(await response.read(), response.status)
+                return response.status, _json_of(await self._read_capped(response), response.status)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise _unreachable(exc) from None
 
@@ -97,9 +107,14 @@ class Upstream:
                 self.url, data=json.dumps(body), headers=self._headers
             ) as response:
                 if response.status != 200:
-                    yield response.status, _json_of(await response.read(), response.status)
+                    raw = await self._read_capped(response)
+                    yield response.status, _json_of(raw, response.status)
                     return
+                seen = 0
                 async for line in response.content:
+                    seen += len(line)
+                    if seen > self._max_answer:
+                        raise _too_large(self._max_answer)
                     if not line.startswith(b"data:"):
                         continue
                     data = line[5:].strip()
@@ -108,6 +123,12 @@ class Upstream:
                     yield 200, _json_of(data, 502)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise _unreachable(exc) from None
+
+
+def _too_large(cap: int) -> ProxyError:
+    return ProxyError(
+        502, "UPSTREAM_ANSWER_TOO_LARGE", f"the upstream's answer is over {cap} bytes"
+    )
 
 
 def _unreachable(exc: BaseException) -> ProxyError:

@@ -7,6 +7,8 @@ import json
 import socket
 import time
 import urllib.parse
+from concurrent import futures
+from pathlib import Path
 
 import openai
 import pytest
@@ -141,16 +143,47 @@ def test_a_trickled_body_times_out_and_others_are_served_meanwhile(
 
 
 def test_gateway_down_is_503_never_an_open_door(
-    tmp_path: object, upstream: tuple[ScriptedUpstream, str]
+    tmp_path: Path, upstream: tuple[ScriptedUpstream, str]
 ) -> None:
-    from pathlib import Path
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
-    proxy = start_proxy(Path(str(tmp_path)), upstream[1], dead)
+    proxy = start_proxy(tmp_path, upstream[1], dead)
     try:
         status, answer = proxy.call("POST", "/v1/sessions", {})
         assert _refused(status, answer, 503) == "GATEWAY_UNAVAILABLE"
+    finally:
+        stop_proxy(proxy)
+
+
+def test_a_sessions_fan_out_beyond_its_share_is_refused(
+    tmp_path: Path, upstream: tuple[ScriptedUpstream, str], gateway: str
+) -> None:
+    server, url = upstream
+    server.script.append({"content": "slow"})
+    server.repeat_last = True
+    server.delay_seconds = 1.0
+    proxy = start_proxy(tmp_path, url, gateway, "--max-concurrent-calls-per-session", "2")
+    try:
+        session = proxy.session()
+        client = openai.OpenAI(base_url=session["openai_base_url"], api_key="x", max_retries=0)
+
+        def one(_: int) -> str:
+            try:
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}]
+                )
+                return "ok"
+            except openai.RateLimitError as err:
+                assert "calls in flight" in str(err)
+                return "refused"
+
+        with futures.ThreadPoolExecutor(4) as pool:
+            outcomes = sorted(pool.map(one, range(4)))
+        assert outcomes.count("ok") == 2 and outcomes.count("refused") == 2, outcomes
+        other = proxy.session()  # another session of the same tenant has its own share
+        server.delay_seconds = 0.0
+        openai.OpenAI(base_url=other["openai_base_url"], api_key="x", max_retries=0).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}])  # fmt: skip
     finally:
         stop_proxy(proxy)
