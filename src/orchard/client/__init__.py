@@ -30,8 +30,12 @@ from ._errors import (
     OrchardError,
     PathError,
     PathEscapeError,
+    PathExistsError,
+    PathIsADirectoryError,
+    PathNotADirectoryError,
     PathNotFoundError,
     PermissionDeniedError,
+    PortNotListeningError,
     QuotaExceededError,
     SandboxError,
     SandboxLimitError,
@@ -40,6 +44,7 @@ from ._errors import (
     ServiceUnavailableError,
     SessionError,
 )
+from ._files import FileEntry
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -51,6 +56,8 @@ from ._models import (
 )
 from ._network import NetworkPolicy
 from ._pools import PoolInfo
+from ._ports_async import AsyncPortForward
+from ._ports_sync import PortForward
 from ._rewards import AsyncRewards, GradeReport, JudgeVerdict, ProcessReward, Rewards
 from ._sync import Sandbox, Session
 from ._sync_client import Images, Orchard, Pools, Sandboxes
@@ -72,6 +79,7 @@ __all__ = [
     "AsyncInterceptor",
     "AsyncOrchard",
     "AsyncPools",
+    "AsyncPortForward",
     "AsyncRewards",
     "AsyncSandbox",
     "AsyncSandboxes",
@@ -86,6 +94,7 @@ __all__ = [
     "ExecEvent",
     "ExecResult",
     "ExecStatus",
+    "FileEntry",
     "GradeReport",
     "GrpcTransport",
     "ImageInfo",
@@ -101,10 +110,15 @@ __all__ = [
     "OutputChunk",
     "PathError",
     "PathEscapeError",
+    "PathExistsError",
+    "PathIsADirectoryError",
+    "PathNotADirectoryError",
     "PathNotFoundError",
     "PermissionDeniedError",
     "PoolInfo",
     "Pools",
+    "PortForward",
+    "PortNotListeningError",
     "ProcessReward",
     "QuotaExceededError",
     "Rewards",
