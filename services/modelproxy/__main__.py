@@ -19,10 +19,10 @@ from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
 
 from .service import serve
-from .settings import UPSTREAM_KINDS, ProxySettings
+from .settings import UPSTREAM_KINDS, ModelProxySettings
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[ProxySettings, dict[str, object]]:
+def parse_args(argv: list[str] | None = None) -> tuple[ModelProxySettings, dict[str, object]]:
     parser = argparse.ArgumentParser(prog="python -m orchard.modelproxy", description=__doc__)
     parser.add_argument("--home", type=Path, default=None, help="node home (default $ORCHARD_HOME)")
     parser.add_argument("--listen", default="127.0.0.1:50090", help="address (port 0: a free one)")
@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxySettings, dict[str, 
         parser.error(f"--upstream-extra-body: not JSON: {err}")
     if not isinstance(extra, dict):
         parser.error("--upstream-extra-body: expected a JSON object")
-    settings = ProxySettings(
+    settings = ModelProxySettings(
         home=home, upstream=args.upstream, gateway=gateway, listen=args.listen,
         upstream_kind=args.upstream_kind,
         upstream_api_key=os.environ.get("ORCHARD_MODEL_UPSTREAM_API_KEY", ""),

@@ -39,7 +39,7 @@ from .messages_api import MessagesTranslation
 from .responses_api import ResponsesTranslation
 from .samples import samples
 from .sessions import Session, SessionStore
-from .settings import ProxySettings
+from .settings import ModelProxySettings
 from .tenant_keys import TenantKeys
 from .upstream import Upstream
 
@@ -54,7 +54,11 @@ TRANSLATIONS: dict[str, Callable[[dict[str, Any]], Translation]] = {
 
 class ModelProxy:
     def __init__(
-        self, settings: ProxySettings, store: SessionStore, keys: TenantKeys, upstream: Upstream
+        self,
+        settings: ModelProxySettings,
+        store: SessionStore,
+        keys: TenantKeys,
+        upstream: Upstream,
     ) -> None:
         self.settings = settings
         self.store = store

@@ -14,7 +14,7 @@ from orchard.common.tls import aio_channel, upstream_credentials
 
 from .server import ModelProxy
 from .sessions import SessionStore
-from .settings import ProxySettings
+from .settings import ModelProxySettings
 from .tenant_keys import TenantKeys
 from .upstream import Upstream
 
@@ -22,7 +22,7 @@ log = structlog.get_logger("orchard.modelproxy")
 
 
 async def serve(
-    settings: ProxySettings,
+    settings: ModelProxySettings,
     on_ready: Callable[[str], None] = print,
     extra_body: dict[str, Any] | None = None,
 ) -> None:

@@ -13,7 +13,7 @@ only, no token ids; samples then say they are not token-exact)."""
 
 
 @dataclass(frozen=True)
-class ProxySettings:
+class ModelProxySettings:
     home: Path
     """Node home: ``run/modelproxy.addr`` and the recordings (``modelproxy/sessions/``) live here."""
     upstream: str
