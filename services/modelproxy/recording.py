@@ -34,30 +34,59 @@ def request_digest(api: str, body: bytes) -> str:
 class CallLog:
     def __init__(self, path: Path, max_calls: int, max_bytes: int) -> None:
         self.path = path
-        self.records: list[dict[str, Any]] = []
+        self._records: list[dict[str, Any]] | None = []
         self._by_digest: dict[str, int] = {}
         self._max_calls, self._max_bytes = max_calls, max_bytes
         self.bytes = path.stat().st_size if path.exists() else 0
         self.torn_lines = 0
+        self._count: int | None = None
         self._file: BinaryIO | None = None
         """Opened at the first write, closed by close(): a thousand idle sessions hold no fds."""
 
     @classmethod
-    def load(cls, path: Path, max_calls: int, max_bytes: int) -> CallLog:
+    def load(cls, path: Path, max_calls: int, max_bytes: int, *, lazily: bool = False) -> CallLog:
+        """The log on disk; ``lazily``: read only when its records are first asked for (a
+        finished session's, so a restart does not hold every rollout ever recorded)."""
         log = cls(path, max_calls, max_bytes)
-        by_index: dict[int, dict[str, Any]] = {}
-        if not path.exists():
-            return log
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                    by_index[int(record["index"])] = record
-                except (ValueError, KeyError, TypeError):
-                    log.torn_lines += 1
-        log.records = [by_index[i] for i in sorted(by_index)]
-        log._by_digest = {r["digest"]: i for i, r in enumerate(log.records)}
+        log._records = None
+        if not lazily:
+            log._read()
         return log
+
+    def _read(self) -> list[dict[str, Any]]:
+        by_index: dict[int, dict[str, Any]] = {}
+        self.torn_lines = 0
+        if self.path.exists():
+            with open(self.path, "rb") as f:
+                for line in f:
+                    try:
+                        record = json.loads(line)
+                        by_index[int(record["index"])] = record
+                    except (ValueError, KeyError, TypeError):
+                        self.torn_lines += 1
+        records = [by_index[i] for i in sorted(by_index)]
+        self._by_digest = {r["digest"]: i for i, r in enumerate(records)}
+        self._records = records
+        return records
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return self._records if self._records is not None else self._read()
+
+    @property
+    def count(self) -> int:
+        if self._records is not None:
+            return len(self._records)
+        if self._count is None:
+            self._count = len(self._read())
+            self.release()
+        return self._count
+
+    def release(self) -> None:
+        """Drop the records from memory (a finished session's: they are all on disk)."""
+        if self._file is None and self._records is not None:
+            self._count = len(self._records)
+            self._records, self._by_digest = None, {}
 
     def admit(self) -> None:
         """Refuse a new call when the session's record is full (429, nothing half-recorded)."""

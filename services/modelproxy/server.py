@@ -184,7 +184,7 @@ class ModelProxy:
 
     async def get_session(self, request: web.Request) -> web.Response:
         session = await self._own_session(request)
-        return web.json_response({**session.info.public(), "calls": len(session.calls.records)})
+        return web.json_response({**session.info.public(), "calls": session.calls.count})
 
     async def finish_session(self, request: web.Request) -> web.Response:
         session = await self._own_session(request)
@@ -195,17 +195,22 @@ class ModelProxy:
         fault_message = body.get("fault_message", "")
         if not isinstance(fault_message, str) or not isinstance(body.get("fault", ""), str):
             raise bad_request("fault and fault_message: expected strings")
+        count = session.calls.count
         self.store.finish(session, body.get("reward"), body.get("fault", ""), fault_message)
-        return web.json_response({**session.info.public(), "calls": len(session.calls.records)})
+        return web.json_response({**session.info.public(), "calls": count})
 
     async def session_calls(self, request: web.Request) -> web.Response:
         session = await self._own_session(request)
         lines = "".join(json.dumps(r) + "\n" for r in session.calls.records)
+        if session.info.finished:
+            session.calls.release()
         return web.Response(text=lines, content_type="application/x-ndjson")
 
     async def session_samples(self, request: web.Request) -> web.Response:
         session = await self._own_session(request)
         rows = samples(session.calls.records, session.info.public())
+        if session.info.finished:
+            session.calls.release()
         lines = "".join(json.dumps(r) + "\n" for r in rows)
         return web.Response(text=lines, content_type="application/x-ndjson")
 

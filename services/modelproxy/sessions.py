@@ -88,7 +88,9 @@ class SessionStore:
         for folder in sorted(root.iterdir()):
             if SESSION_ID_RE.fullmatch(folder.name) and (folder / "session.json").exists():
                 info = SessionInfo(**json.loads((folder / "session.json").read_text()))
-                log = CallLog.load(folder / "calls.jsonl", max_calls, max_bytes)
+                log = CallLog.load(
+                    folder / "calls.jsonl", max_calls, max_bytes, lazily=info.finished_at > 0
+                )
                 self._sessions[info.id] = Session(info, folder, log)
 
     def create(
@@ -147,7 +149,8 @@ class SessionStore:
         if reward is not None and not isinstance(reward, int | float):
             raise bad_request("reward: expected a number or null")
         session.calls.sync()
-        session.calls.close()  # a finished session takes no more calls: its fd goes
+        session.calls.close()  # a finished session takes no more calls: its fd goes,
+        session.calls.release()  # and its records leave memory (read again when asked for)
         session.info.reward = None if reward is None else float(reward)
         session.info.fault, session.info.fault_message = fault, fault_message[:4096]
         session.info.finished_at = session.info.finished_at or time.time()

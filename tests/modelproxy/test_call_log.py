@@ -38,3 +38,16 @@ def test_a_full_session_refuses_more_calls(tmp_path: Path) -> None:
         log.admit()
     assert err.value.status == 429 and err.value.code == "SESSION_FULL"
     log.close()
+
+
+def test_a_finished_sessions_records_leave_memory_and_come_back_from_disk(tmp_path: Path) -> None:
+    log = CallLog(tmp_path / "calls.jsonl", 10, 1 << 20)
+    log.put({"digest": request_digest("chat", b"a"), "status": 200})
+    log.sync()
+    log.close()
+    log.release()
+    assert log._records is None and log.count == 1
+    assert [r["status"] for r in log.records] == [200]
+    lazy = CallLog.load(tmp_path / "calls.jsonl", 10, 1 << 20, lazily=True)
+    assert lazy._records is None and lazy.count == 1 and lazy._records is None
+    assert lazy.records[0]["index"] == 0
