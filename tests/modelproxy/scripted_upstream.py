@@ -31,6 +31,8 @@ def render_message(message: dict[str, Any]) -> str:
     content = message.get("content") or ""
     if isinstance(content, list):
         content = "".join(str(p.get("text", "")) for p in content)
+    if message.get("reasoning_content"):
+        content = f"<think>{message['reasoning_content']}</think>{content}"
     calls = message.get("tool_calls")
     if calls:
         content += "".join(
@@ -49,6 +51,8 @@ def prompt_ids(messages: list[dict[str, Any]]) -> list[int]:
 
 def completion_text(entry: dict[str, Any]) -> str:
     text = entry.get("content") or ""
+    if entry.get("reasoning"):
+        text = f"<think>{entry['reasoning']}</think>{text}"
     for call in entry.get("tool_calls") or ():
         text += f"<call>{call['name']}:{call['arguments']}</call>"
     return text + END
@@ -77,6 +81,8 @@ class ScriptedUpstream:
     def answer(self, body: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
         completion = tokens(completion_text(entry))
         message: dict[str, Any] = {"role": "assistant", "content": entry.get("content")}
+        if entry.get("reasoning"):
+            message["reasoning_content"] = entry["reasoning"]
         if entry.get("tool_calls"):
             message["tool_calls"] = [
                 {"id": c["id"], "type": "function",
@@ -126,7 +132,11 @@ class ScriptedUpstream:
         calls = entry.get("tool_calls") or []
         # token ids ride with the text they spell; tool-call and end tokens with the last pieces
         spent = 0
-        events: list[tuple[dict[str, Any], int]] = [({"content": p}, len(p)) for p in pieces]
+        events: list[tuple[dict[str, Any], int]] = []
+        if entry.get("reasoning"):
+            think = f"<think>{entry['reasoning']}</think>"
+            events.append(({"reasoning_content": entry["reasoning"]}, len(think)))
+        events += [({"content": p}, len(p)) for p in pieces]
         for i, call in enumerate(calls):
             text = f"<call>{call['name']}:{call['arguments']}</call>"
             events.append(({"tool_calls": [{"index": i, "id": call["id"], "type": "function",

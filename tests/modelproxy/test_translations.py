@@ -161,3 +161,35 @@ def test_responses_what_cannot_be_carried_is_named(
     )
     [record] = proxy.records(session["id"])
     assert sorted(record["not_carried"]) == ["include", "store"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_reaches_each_format(
+    proxy: Proxy, upstream: tuple[ScriptedUpstream, str], stream: bool
+) -> None:
+    server, _ = upstream
+    server.script += [{"reasoning": "add() subtracts", "content": "fix add"} for _ in range(2)]
+    session = proxy.session()
+    oai = openai.OpenAI(base_url=session["openai_base_url"], api_key="x", max_retries=0)
+    if stream:
+        with oai.responses.stream(model="m", input="why?") as s:
+            answer = s.get_final_response()
+    else:
+        answer = oai.responses.create(model="m", input="why?")
+    assert [o.type for o in answer.output] == ["reasoning", "message"]
+    assert answer.output[0].summary[0].text == "add() subtracts"  # type: ignore[union-attr]
+    assert answer.output_text == "fix add"
+    claude = anthropic.Anthropic(base_url=session["anthropic_base_url"], api_key="x", max_retries=0)
+    ask = {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "why?"}]}
+    if stream:
+        with claude.messages.stream(**ask) as s:  # type: ignore[arg-type]
+            message = s.get_final_message()
+    else:
+        message = claude.messages.create(**ask)  # type: ignore[arg-type]
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    assert message.content[0].thinking == "add() subtracts"  # type: ignore[union-attr]
+    records = proxy.records(session["id"])
+    assert all(
+        r["completion_token_ids"] == tokens("<think>add() subtracts</think>fix add</s>")
+        for r in records
+    )
