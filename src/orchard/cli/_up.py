@@ -9,8 +9,9 @@ on the same address, with backoff; one that crash-loops stops the whole stack
 (started with ``--delete-all-on-shutdown``, so every sandbox is deleted and
 nothing is left behind) and the executor, in that order.
 
-The rewards service (``orchard.rewards``) starts last, pointed at the gateway,
-and stops first; it writes ``<home>/run/rewards.addr``.
+The rewards service (``orchard.rewards``) starts after the gateway, pointed at it;
+it writes ``<home>/run/rewards.addr``. The recording model proxy (``orchard.modelproxy``,
+``--model-upstream``) starts last and stops first; it writes ``<home>/run/modelproxy.addr``.
 
 The children's logs go to ``<home>/logs/<service>.log``.
 
@@ -113,6 +114,18 @@ def register(commands: Any) -> None:
         help="the control plane's CPU priority (nice, -20..19; default "
         f"$ORCHARD_CONTROL_PLANE_NICE or {DEFAULT_CONTROL_PLANE_NICE}): the services and the "
         "runc they start, not the sandboxes (their first process goes back to 0)",
+    )
+    p.add_argument(
+        "--model-upstream",
+        default=os.environ.get("ORCHARD_MODEL_UPSTREAM") or "",
+        help="the inference server the recording model proxy forwards to (an OpenAI base URL; "
+        "default $ORCHARD_MODEL_UPSTREAM; unset: the proxy refuses model calls)",
+    )
+    p.add_argument(
+        "--model-proxy-port",
+        type=int,
+        default=None,
+        help="recording model proxy port (default 50090, or a free one with --port 0; -1: none)",
     )
     p.set_defaults(run=cmd_up)
 
@@ -327,6 +340,31 @@ def writable_layer(run_dir: Path) -> str:
         return f"unknown (run/{WRITABLE_LAYER_FILE}: {err})"
 
 
+def _start_model_proxy(
+    args: argparse.Namespace,
+    home: Path,
+    env: dict[str, str],
+    gateway: str,
+    tls: bool,
+    children: list[Child],
+) -> str:
+    """Start the recording model proxy (``orchard.modelproxy``) after the gateway it asks about
+    tenants' keys; its address, or "" with ``--model-proxy-port -1``."""
+    port = args.model_proxy_port
+    port = port if port is not None else (0 if args.port == 0 else 50090)
+    if port < 0:
+        return ""
+    ca = ["--gateway-ca", str(home / "run" / "ca.pem")] if tls else []
+    proxy, address = _start(
+        "modelproxy", "orchard.modelproxy",
+        ["--listen", f"{args.host}:{port}", "--gateway", gateway, "--upstream", args.model_upstream, *ca],
+        home, env,
+    )  # fmt: skip
+    proxy.restart_args = _pinned(proxy.restart_args, "--listen", address.removeprefix("http://"))
+    children.append(proxy)
+    return address
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     _extras.require("orchard up", ("server", "rewards"))
     from orchard.scheduler.backends.local.scratch import WRITABLE_LAYER_FILE
@@ -341,6 +379,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "gateway-http.addr",
         "rewards.addr",
         "data-plane.addr",
+        "modelproxy.addr",
         "ca.pem",
         WRITABLE_LAYER_FILE,
     ):
@@ -442,9 +481,12 @@ def cmd_up(args: argparse.Namespace) -> int:
             rewards.restart_args, "--listen", rewards_addr.removeprefix("grpcs://")
         )
         children.append(rewards)
+        proxy_addr = _start_model_proxy(args, home, env, endpoint, tls.on, children)
         print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
         print(f"Dev API key: {home / 'dev-api-key'}", flush=True)
         print(f"Rewards: {rewards_addr}", flush=True)
+        if proxy_addr:
+            print(f"Model proxy: {proxy_addr}  (POST /v1/sessions; docs/modelproxy.md)", flush=True)
         if rest:
             http = (layout.run / "gateway-http.addr").read_text().strip()
             http = http if http.startswith("https://") else f"http://{http}"
