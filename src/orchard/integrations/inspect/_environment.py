@@ -20,6 +20,7 @@ import errno
 import logging
 import posixpath
 import stat
+import sys
 from typing import Any, ClassVar, Literal, overload
 
 from inspect_ai.util import (
@@ -54,8 +55,10 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
     _client: ClassVar[orchard.AsyncOrchard | None] = None
     _tasks: ClassVar[int] = 0
     """Tasks between task_init and task_cleanup: the last one out closes the client."""
-    _live: ClassVar[dict[str, dict[str, orchard.AsyncSandbox]]] = {}
-    """Sandboxes not yet cleaned up, by task name then id (for task_cleanup)."""
+    _live: ClassVar[dict[str, orchard.AsyncSandbox]] = {}
+    """Sandboxes not yet cleaned up, by id. Inspect calls task_cleanup once per
+    sandbox config at the end of the whole batch (named "shutdown", not by task),
+    so what is left then is every sample's that was interrupted or kept."""
 
     def __init__(self, sandbox: orchard.AsyncSandbox, config: OrchardSandboxConfig) -> None:
         super().__init__()
@@ -119,14 +122,14 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
                 template=cfg.template,
                 wait_for_quota=cfg.wait_for_quota,
             )
-        cls._live.setdefault(task_name, {})[sb.id] = sb
+        cls._live[sb.id] = sb
         env = cls(sb, cfg)
         try:
             made = await env.exec(["mkdir", "-p", "--", cfg.working_dir], cwd="/")
             if not made.success:
                 raise RuntimeError(f"orchard: cannot make {cfg.working_dir}: {made.stderr}")
         except BaseException:
-            await cls._delete(task_name, sb)
+            await cls._delete(sb)
             raise
         return {"default": env}
 
@@ -140,20 +143,25 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
     ) -> None:
         for env in environments.values():
             if isinstance(env, OrchardSandboxEnvironment):
-                await cls._delete(task_name, env.sandbox)
+                await cls._delete(env.sandbox)
 
     @classmethod
     async def task_cleanup(
         cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool
     ) -> None:
         """Delete what samples left (interrupted ones); keep and list it under --no-sandbox-cleanup."""
-        left = cls._live.pop(task_name, {})
+        left = list(cls._live.values())
+        cls._live.clear()
         if not cleanup:
-            for sandbox_id in left:
-                print(f"Kept Orchard sandbox {sandbox_id} (remove: orchard rm {sandbox_id})")
+            # stderr: with --display none Inspect keeps stdout machine-readable
+            for sb in left:
+                print(
+                    f"Kept Orchard sandbox {sb.id} (remove: inspect sandbox cleanup orchard {sb.id})",
+                    file=sys.stderr,
+                )
         else:
-            for sb in left.values():
-                await cls._delete(task_name, sb)
+            for sb in left:
+                await cls._delete(sb)
         cls._tasks = max(0, cls._tasks - 1)
         if cls._tasks == 0 and cls._client is not None:
             client, cls._client = cls._client, None
@@ -162,18 +170,18 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
     @classmethod
     async def cli_cleanup(cls, id: str | None) -> None:
         """``inspect sandbox cleanup orchard [ID]``: that sandbox, or every one Inspect made."""
-        client = cls.client()
-        with inspect_errors():
-            if id is not None:
-                await client.sandboxes.delete(id)
-                return
-            for info in await client.sandboxes.list({PROVIDER_LABEL: "orchard"}):
-                if info.state not in ("deleting", "deleted"):
-                    await client.sandboxes.delete(info.id)
+        async with orchard.AsyncOrchard() as client:
+            with inspect_errors():
+                if id is not None:
+                    await client.sandboxes.delete(id)
+                    return
+                for info in await client.sandboxes.list({PROVIDER_LABEL: "orchard"}):
+                    if info.state not in ("deleting", "deleted"):
+                        await client.sandboxes.delete(info.id)
 
     @classmethod
-    async def _delete(cls, task_name: str, sb: orchard.AsyncSandbox) -> None:
-        cls._live.get(task_name, {}).pop(sb.id, None)
+    async def _delete(cls, sb: orchard.AsyncSandbox) -> None:
+        cls._live.pop(sb.id, None)
         try:
             await sb.delete()
         except orchard.SandboxNotFoundError:
