@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,13 @@ def test_template_vars_and_serialize(env: OrchardEnvironment) -> None:
 
 def test_lost_sandbox_is_not_an_observation(stack: Stack) -> None:
     env = OrchardEnvironment()
-    orchard.Orchard().sandboxes.delete(env.sandbox.id)
+    with orchard.Orchard() as client:
+        client.sandboxes.delete(env.sandbox.id)
+        # the delete answers at "deleting"; the container goes right after
+        deadline = time.monotonic() + 30
+        while client.sandboxes.connect(env.sandbox.id).last_info.state != "deleted":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
     with pytest.raises(orchard.OrchardError) as err:
         env.execute({"command": "echo hi"})
     assert err.value.fault == "infrastructure" or isinstance(err.value, orchard.SandboxError)

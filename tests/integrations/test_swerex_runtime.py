@@ -102,7 +102,15 @@ def test_dead_sandbox_is_not_alive_and_unavailable(stack: Stack, run: Loop) -> N
     async def scenario() -> None:
         d = OrchardDeployment()
         await d.start()
-        await orchard.AsyncOrchard().sandboxes.delete(d.runtime.sandbox.id)
+        async with orchard.AsyncOrchard() as other:
+            await other.sandboxes.delete(d.runtime.sandbox.id)
+            # the delete answers at "deleting"; the container goes right after
+            for _ in range(300):
+                if (
+                    await other.sandboxes.connect(d.runtime.sandbox.id)
+                ).last_info.state == "deleted":
+                    break
+                await asyncio.sleep(0.1)
         alive = await d.is_alive()
         assert not alive and alive.message
         with pytest.raises(OrchardUnavailableError):

@@ -53,6 +53,7 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
     """An Inspect sandbox that is one Orchard sandbox."""
 
     _client: ClassVar[orchard.AsyncOrchard | None] = None
+    _quota_limit: ClassVar[int | None] = None
     _tasks: ClassVar[int] = 0
     """Tasks between task_init and task_cleanup: the last one out closes the client."""
     _live: ClassVar[dict[str, orchard.AsyncSandbox]] = {}
@@ -77,10 +78,13 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
 
     @classmethod
     def default_concurrency(cls) -> int | None:
-        """The tenant's sandbox quota (None when unlimited): Inspect's default ``max_sandboxes``."""
-        with orchard.Orchard() as client:
-            limit = int(client.tenant().quota.get("max_sandboxes", 0))
-        return limit or None
+        """The tenant's sandbox quota (None when unlimited): Inspect's default ``max_sandboxes``.
+
+        Inspect asks at startup and again per sample; the quota is read once."""
+        if cls._quota_limit is None:
+            with orchard.Orchard() as client:
+                cls._quota_limit = int(client.tenant().quota.get("max_sandboxes", 0))
+        return cls._quota_limit or None
 
     @classmethod
     def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
@@ -212,8 +216,9 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
         timeout_retry: bool = True,
         concurrency: bool = True,
     ) -> ExecResult[str]:
-        """Run ``cmd`` (an argv); ``timeout_retry`` is moot: the timeout is enforced
-        inside the sandbox and is final, never a lost reply to retry."""
+        """Run ``cmd`` (an argv). ``timeout_retry`` is moot: the timeout is enforced
+        inside the sandbox and is final, never a lost reply to retry; ``concurrency``
+        throttles local subprocesses, and nothing here is one."""
         limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE
         argv = [cmd] if isinstance(cmd, str) else list(cmd)
         options: dict[str, Any] = {

@@ -111,12 +111,20 @@ class OrchardEnvironment:
         seconds = timeout or self.config.timeout
         env = {k: v for k in self.config.forward_env if (v := os.environ.get(k)) is not None}
         argv = ["/bin/sh", "-c", _MERGE_STREAMS, "sh", *self.config.interpreter, command]
-        result = self.sandbox.exec(
-            argv, timeout=seconds, cwd=cwd or self.config.cwd, env={**env, **self.config.env}
-        )
+        try:
+            result = self.sandbox.exec(
+                argv, timeout=seconds, cwd=cwd or self.config.cwd, env={**env, **self.config.env}
+            )
+        except orchard.DeadlineExceededError:
+            # The reply did not come back in time: for the agent, the command timed out.
+            result = None
         # stderr carries only what the executor itself says (a missing /bin/sh).
-        text = (result.stdout + result.stderr).decode("utf-8", errors="replace")
-        if result.timed_out:
+        text = (
+            ""
+            if result is None
+            else (result.stdout + result.stderr).decode("utf-8", errors="replace")
+        )
+        if result is None or result.timed_out:
             expired = subprocess.TimeoutExpired(command, seconds, output=text)
             output: dict[str, Any] = {
                 "output": text,
