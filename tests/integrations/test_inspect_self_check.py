@@ -12,6 +12,9 @@ and sample_cleanup / task_cleanup at the end.
 from __future__ import annotations
 
 import asyncio
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import inspect_ai.util._sandbox.self_check as self_check
@@ -78,3 +81,19 @@ def test_inspect_self_check(
     check: str, sandbox_env: SandboxEnvironment, runner: asyncio.Runner
 ) -> None:
     runner.run(getattr(self_check, check)(sandbox_env))
+
+
+def test_connection_command_reaches_the_sandbox(
+    sandbox_env: SandboxEnvironment, runner: asyncio.Runner
+) -> None:
+    """What ``inspect sandbox connect`` prints works: the CLI command opens a shell there."""
+    connection = runner.run(sandbox_env.connection())
+    assert connection.type == "orchard"
+    argv = shlex.split(connection.command)
+    assert argv[0] == "orchard"
+    shell = subprocess.run(
+        [sys.executable, "-m", "orchard.cli", *argv[1:]],
+        input="hostname; exit 3\n", capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    sandbox_id = sandbox_env.as_type(OrchardSandboxEnvironment).sandbox.id
+    assert (shell.returncode, shell.stdout.strip()) == (3, sandbox_id)

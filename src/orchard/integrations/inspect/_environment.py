@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import logging
 import posixpath
+import shlex
 import stat
 import sys
 from typing import Any, ClassVar, Literal, overload
@@ -195,9 +196,10 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
             logger.warning("orchard: could not delete sandbox %s: %s", sb.id, err)
 
     async def connection(self, *, user: str | None = None) -> SandboxConnection:
-        as_user = f" --user {user}" if user else ""
+        """A shell in the sandbox from the ``orchard`` CLI (stdin forwarded; no terminal)."""
+        as_user = f" --user {shlex.quote(user)}" if user else ""
         return SandboxConnection(
-            type="orchard", command=f"orchard exec{as_user} {self.sandbox.id} -- bash -l"
+            type="orchard", command=f"orchard exec -i{as_user} {self.sandbox.id} -- bash -i"
         )
 
     # ---- operations -----------------------------------------------------------
