@@ -253,7 +253,8 @@ class OrchardSandboxEnvironment(SandboxEnvironment):
             raise OutputLimitExceededError(
                 SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, truncated_output=stdout + stderr
             )
-        code = 128 + status.signal if status.signal and status.exit_code < 0 else status.exit_code
+        # From the signal itself, whatever exit_code convention the SDK reports it in.
+        code = 128 + status.signal if status.signal else status.exit_code
         if code == 126 and not stdout and stderr == f"orchard: {argv[0]}: Permission denied\n":
             raise PermissionError(errno.EACCES, "Permission denied", argv[0])
         return ExecResult(code == 0, code, stdout, stderr)

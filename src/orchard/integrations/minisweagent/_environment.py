@@ -134,7 +134,7 @@ class OrchardEnvironment:
             }
         else:
             code = result.exit_code
-            if code < 0 and result.status.signal:
+            if result.status.signal:  # whatever exit_code convention the SDK reports it in
                 code = -result.status.signal  # what subprocess reports for a signal death
             output = {"output": text, "returncode": code, "exception_info": ""}
         self._check_submitted(output)

@@ -232,7 +232,7 @@ def _argv(command: Command) -> list[str]:
 
 def _returncode(result: orchard.ExecResult) -> int:
     """subprocess's convention: ``-N`` for a command killed by signal N."""
-    if result.exit_code < 0 and result.status.signal:
+    if result.status.signal:  # whatever exit_code convention the SDK reports it in
         return -result.status.signal
     return result.exit_code
 
