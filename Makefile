@@ -14,12 +14,12 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx
 
-.PHONY: run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
+.PHONY: harbor-venv run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
 
-test: setup ## the whole test suite
+test: setup harbor-venv ## the whole test suite
 	scripts/run_tests.sh
 
 check: setup lint typecheck protos-check test ## format, lint, types, fresh stubs, tests
@@ -45,6 +45,15 @@ $(PY):
 $(STAMP): pyproject.toml $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# Harbor needs Python >= 3.12 (the suite runs on 3.11): its own venv, which
+# tests/integrations/test_harbor.py drives (~75 s once; redone when pyproject.toml changes).
+HARBOR_VENV := .venv-harbor
+
+harbor-venv: $(HARBOR_VENV)/.installed
+
+$(HARBOR_VENV)/.installed: pyproject.toml
+	scripts/side_venv.sh $(HARBOR_VENV) 12 -e '.[harbor]' 'pytest>=8' 'pytest-timeout>=2.3'
 
 init-binary: venv
 	@$(PY) -m orchard.executor.initbin >/dev/null
@@ -134,4 +143,4 @@ test-rewards-ml: venv ## opt-in: the reranker's MiniLM features and HF fine-tuni
 	ORCHARD_TEST_REWARDS_ML=1 $(PY) -m pytest -q -rA tests/rewards/test_rerank_ml.py
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(HARBOR_VENV) build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Adapters that let other projects' harnesses and trainers use Orchard sandboxes."""

@@ -1,0 +1,83 @@
+"""Harbor (PyPI ``harbor``) runs its tasks on Orchard: its own CLI, its own agents and verifier.
+
+Harbor needs Python >= 3.12 and the suite runs on 3.11, so Harbor lives in its own venv
+(``.venv-harbor``, made by ``make harbor-venv``, which ``make test`` runs first) with
+this package installed in it; these tests start a real stack and drive Harbor there:
+
+- ``harbor run`` with Harbor's ``oracle`` agent on a small task with a verifier
+  (``harbor_tasks/greeting``, in Harbor's task format) gets reward 1, and its ``nop``
+  agent gets reward 0: the environment really ran the solution and the tests;
+- ``harbor_checks.py``, run by pytest inside that venv, checks the backend's contract
+  (exec, timeouts, files, Dockerfile refusal, image mapping, network policy, errors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.stack import REQUIRES_STACK, Stack, running_stack
+
+ROOT = Path(__file__).resolve().parents[2]
+HARBOR_VENV = ROOT / ".venv-harbor"
+TASK = Path(__file__).parent / "harbor_tasks" / "greeting"
+IMPORT_PATH = "orchard.integrations.harbor:OrchardEnvironment"
+
+pytestmark = [
+    *REQUIRES_STACK,
+    pytest.mark.skipif(
+        not (HARBOR_VENV / "bin" / "harbor").exists(),
+        reason="needs .venv-harbor with Harbor (make harbor-venv)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("harbor") / "home") as running:
+        yield running
+
+
+def _env(stack: Stack) -> dict[str, str]:
+    key = (stack.home / "dev-api-key").read_text().strip()
+    return {**stack.env, "ORCHARD_ENDPOINT": stack.endpoint, "ORCHARD_API_KEY": key}
+
+
+def _harbor_run(stack: Stack, agent: str, jobs: Path) -> dict[str, object]:
+    result = subprocess.run(
+        [str(HARBOR_VENV / "bin" / "harbor"), "run", "--path", str(TASK), "--agent", agent,
+         "--env", IMPORT_PATH, "--jobs-dir", str(jobs), "--yes"],
+        env=_env(stack), capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    [trial_result] = [p for p in jobs.glob("*/*/result.json")]
+    trial = json.loads(trial_result.read_text())
+    assert trial["exception_info"] is None, trial["exception_info"]
+    return trial
+
+
+def test_oracle_solves_the_task_on_orchard(stack: Stack, tmp_path: Path) -> None:
+    trial = _harbor_run(stack, "oracle", tmp_path / "jobs")
+    assert trial["verifier_result"]["rewards"] == {"reward": 1.0}
+    assert trial["config"]["environment"]["import_path"] == IMPORT_PATH
+
+
+def test_a_nop_agent_gets_no_reward(stack: Stack, tmp_path: Path) -> None:
+    trial = _harbor_run(stack, "nop", tmp_path / "jobs")
+    assert trial["verifier_result"]["rewards"] == {"reward": 0.0}
+
+
+def test_the_backend_contract_under_harbor(stack: Stack) -> None:
+    result = subprocess.run(
+        [str(HARBOR_VENV / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(Path(__file__).parent / "harbor_checks.py")],
+        env={**_env(stack), "ORCHARD_TEST_STRICT": os.environ.get("ORCHARD_TEST_STRICT", "")},
+        cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout
