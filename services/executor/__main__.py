@@ -46,6 +46,9 @@ def with_shares(settings: ExecutorSettings) -> ExecutorSettings:
         * MIB,
         sessions_per_sandbox=_env_number("ORCHARD_SESSIONS_PER_SANDBOX", 32),
         sessions_per_tenant=_env_number("ORCHARD_SESSIONS_PER_TENANT", 512),
+        port_connections_per_sandbox=_env_number("ORCHARD_PORT_CONNECTIONS_PER_SANDBOX", 64),
+        port_connections_per_tenant=_env_number("ORCHARD_PORT_CONNECTIONS_PER_TENANT", 512),
+        port_connections_node=_env_number("ORCHARD_PORT_CONNECTIONS_NODE", 4096),
     )
 
 

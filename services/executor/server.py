@@ -40,6 +40,8 @@ from .exec_quota import ExecSlots
 from .files import SandboxFiles
 from .kill_all import check_signal, kill_all_processes
 from .output_budget import STREAMED_WEIGHT, OutputBudget, OutputPace
+from .port_dial import LocalDialer, NamespaceDialer, PortDialer
+from .ports import PortConnections
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
 from .settings import ExecutorSettings
@@ -73,6 +75,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self._small_limits = SmallMessageLimits(
             settings.small_messages_per_second, settings.max_small_messages_per_stream
         )
+        dialer: PortDialer = LocalDialer() if self._injected else NamespaceDialer()
+        self.ports = PortConnections(dialer, settings.port_shares)
 
     def _sandbox(self, sandbox_id: str, context: Context) -> Sandbox:
         self._authorizer.check(sandbox_id, context.invocation_metadata())
@@ -221,6 +225,21 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         sandbox = self._sandbox(request.sandbox_id, context)
         async for data in SandboxFiles(sandbox.rootfs).download(request.path):
             yield pb.TarChunk(data=data)
+
+    # ----------------------------------------------------------------- ports
+
+    async def ConnectPort(
+        self, request_iterator: AsyncIterator[pb.PortRequest], context: Context
+    ) -> AsyncIterator[pb.PortEvent]:
+        requests = aiter(request_iterator)
+        first = await next_or_idle(requests, self._idle_seconds, "ConnectPort")
+        if first is None or first.WhichOneof("kind") != "open":
+            raise invalid("the first PortRequest must be `open`")
+        sandbox = self._sandbox(first.open.sandbox_id, context)
+        pace = StreamPace(self._small_limits, "ConnectPort", capped=False)
+        owner = call_owner(sandbox.sandbox_id)
+        async for event in self.ports.relay(sandbox, owner, first.open, requests, pace):
+            yield event
 
 
 async def _pump_requests(

@@ -82,7 +82,29 @@ SANDBOX_SCENARIOS: dict[str, Callable[[Sandbox], Any]] = {
     "a session keeps state": lambda sb: _session_state(sb),
     "a closed session": lambda sb: _closed_session(sb),
     "a session interrupted by its timeout": lambda sb: _session_timeout(sb),
+    "a port nothing listens on": lambda sb: sb.connect_port(9),
+    "a port forward to a non-loopback host": lambda sb: sb.forward_port(80, host="10.0.0.1"),
+    "a raw port stream to a non-loopback host": lambda sb: _raw_port(
+        sb, _port_open(sb, 80, "10.0.0.1")
+    ),
+    "a raw port stream to port 0": lambda sb: _raw_port(sb, _port_open(sb, 0, "")),
+    "a raw port stream without open": lambda sb: _raw_port(sb, executor_pb2.PortRequest(data=b"x")),
 }
+
+
+def _port_open(sb: Sandbox, port: int, host: str) -> executor_pb2.PortRequest:
+    return executor_pb2.PortRequest(
+        open=executor_pb2.PortOpen(sandbox_id=sb.id, port=port, host=host)
+    )
+
+
+def _raw_port(sb: Sandbox, first: executor_pb2.PortRequest) -> Any:
+    """A ConnectPort stream past the SDK's own checks."""
+    stub, access = sb._executor()
+    with translate_errors():
+        return [
+            e.WhichOneof("kind") for e in stub.ConnectPort(iter([first]), metadata=access.metadata)
+        ]
 
 
 def _tree_round_trip(sb: Sandbox) -> Any:

@@ -18,6 +18,8 @@ EXPECTED = {
     "AsyncImages", "AsyncRewards", "Transport", "AsyncTransport", "GrpcTransport",
     "AsyncGrpcTransport", "Interceptor", "AsyncInterceptor", "close_default_clients", "TenantInfo",
     "TLS",  # TLS for the client's channels (client/_tls.py)
+    # Ports: the forward handles and the refused-connection error (client/_ports.py).
+    "PortForward", "AsyncPortForward", "PortNotListeningError",
 }  # fmt: skip
 
 
@@ -36,3 +38,4 @@ def test_every_error_derives_from_the_root() -> None:
     assert issubclass(orchard.DeadlineExceededError, TimeoutError)
     assert issubclass(orchard.SandboxNotFoundError, orchard.SandboxError)
     assert issubclass(orchard.PathEscapeError, orchard.PathError)
+    assert issubclass(orchard.PortNotListeningError, ConnectionRefusedError)

@@ -12,6 +12,7 @@
     orchard token-key ls | rotate [--drop KID]     data-plane token keys (node admin)
     orchard pool ls | hint TEMPLATE N [--within S]  warm pools of templates
     orchard net set ID MODE [--cidr C] [--port P] [--domain D] | net show ID
+    orchard port-forward ID PORT [--local-port N]  reach a port inside from 127.0.0.1 (Ctrl-C stops)
 
 Exit codes: 0 success; 1 an Orchard error (message on stderr, no traceback);
 2 bad usage. ``orchard exec`` exits with the command's own code, 128+N if a
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from orchard import __version__
 from orchard.client import OrchardError
 
-from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _token_keys, _up
+from . import _images, _network, _pools, _ports, _rewards, _sandboxes, _tenants, _token_keys, _up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pools.register(commands)
     _network.register(commands)
     _rewards.register(commands)
+    _ports.register(commands)
     return parser
 
 

@@ -32,6 +32,7 @@ from ._errors import (
     PathEscapeError,
     PathNotFoundError,
     PermissionDeniedError,
+    PortNotListeningError,
     QuotaExceededError,
     SandboxError,
     SandboxLimitError,
@@ -51,6 +52,8 @@ from ._models import (
 )
 from ._network import NetworkPolicy
 from ._pools import PoolInfo
+from ._ports_async import AsyncPortForward
+from ._ports_sync import PortForward
 from ._rewards import AsyncRewards, GradeReport, JudgeVerdict, ProcessReward, Rewards
 from ._sync import Sandbox, Session
 from ._sync_client import Images, Orchard, Pools, Sandboxes
@@ -72,6 +75,7 @@ __all__ = [
     "AsyncInterceptor",
     "AsyncOrchard",
     "AsyncPools",
+    "AsyncPortForward",
     "AsyncRewards",
     "AsyncSandbox",
     "AsyncSandboxes",
@@ -105,6 +109,8 @@ __all__ = [
     "PermissionDeniedError",
     "PoolInfo",
     "Pools",
+    "PortForward",
+    "PortNotListeningError",
     "ProcessReward",
     "QuotaExceededError",
     "Rewards",

@@ -12,6 +12,7 @@ import builtins
 import contextlib
 import os
 import queue
+import socket
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from types import TracebackType
@@ -38,6 +39,7 @@ from ._models import (
     exec_result,
 )
 from ._network import NetworkPolicy
+from ._ports_async import AsyncPortForward, connect_port
 
 if TYPE_CHECKING:
     from ._async_client import AsyncOrchard
@@ -251,6 +253,19 @@ class AsyncSandbox(SandboxCore):
                 _requests.kill_all_request(self.id, signal), metadata=access.metadata
             )
         return resp.killed
+
+    async def forward_port(
+        self, port: int, local_port: int = 0, host: str = "127.0.0.1"
+    ) -> AsyncPortForward:
+        """A listener on 127.0.0.1 carrying each connection to ``port`` inside the
+        sandbox, served on this loop (see :meth:`Sandbox.forward_port`); use
+        ``async with await sb.forward_port(port) as fwd``."""
+        return await AsyncPortForward(self._executor, self.id, port, host, local_port)._start()
+
+    async def connect_port(self, port: int, host: str = "127.0.0.1") -> socket.socket:
+        """One connection to ``port`` inside the sandbox, as a connected socket relayed
+        on this loop (``asyncio.open_connection(sock=...)`` makes streams of it)."""
+        return await connect_port(self._executor, self.id, port, host)
 
     async def write_file(
         self,

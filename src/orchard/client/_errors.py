@@ -16,7 +16,9 @@
     │   ├── SandboxNotFoundError
     │   ├── SandboxNotReadyError
     │   ├── SessionError               session unknown, busy or dead
-    │   └── SandboxLimitError          the sandbox hit its own pids/memory limit
+    │   ├── SandboxLimitError          the sandbox hit its own pids/memory limit
+    │   └── PortNotListeningError      nothing accepts on that port inside (also a
+    │                                  builtins.ConnectionRefusedError)
     ├── QuotaExceededError             over a quota; ``retry_after`` seconds if known
     ├── DeadlineExceededError          a call ran out of time (also a builtins.TimeoutError)
     └── InfrastructureError            the platform failed, not the task: trainers
@@ -113,6 +115,12 @@ class SandboxLimitError(SandboxError):
     """The sandbox hit one of its own limits (pids, memory): the task's fault, not the platform's."""
 
 
+class PortNotListeningError(SandboxError, ConnectionRefusedError):
+    """A forwarded connection found nothing accepting on that port inside the sandbox.
+
+    Also a ``ConnectionRefusedError``, so code written for local sockets catches it."""
+
+
 class QuotaExceededError(OrchardError):
     """Over a quota; ``retry_after`` is the server's hint in seconds, if any."""
 
@@ -154,6 +162,7 @@ _BY_REASON: dict[str, type[OrchardError]] = {
     "EXECUTABLE_NOT_FOUND": CommandStartError,
     "USER_NOT_FOUND": CommandStartError,
     "SANDBOX_RESOURCE_LIMIT": SandboxLimitError,
+    "PORT_NOT_LISTENING": PortNotListeningError,
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[OrchardError]] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import socket
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
@@ -34,6 +35,7 @@ from ._models import (
     exec_result,
 )
 from ._network import NetworkPolicy
+from ._ports_sync import PortForward, connect_port
 
 if TYPE_CHECKING:
     from ._sync_client import Orchard
@@ -266,6 +268,19 @@ class Sandbox(SandboxCore):
                 _requests.kill_all_request(self.id, signal), metadata=access.metadata
             )
         return resp.killed
+
+    def forward_port(self, port: int, local_port: int = 0, host: str = "127.0.0.1") -> PortForward:
+        """Listen on 127.0.0.1 (``local_port``; 0 picks a free one) and carry every
+        connection to ``port`` on the sandbox's loopback (``host``: ``127.0.0.1`` or
+        ``::1``) over the data plane; nothing is published and no network policy is
+        opened. ``.url`` is ``http://127.0.0.1:NNNN``. Close it (or use ``with``) to stop."""
+        return PortForward(self._executor, self.id, port, host, local_port)._start()
+
+    def connect_port(self, port: int, host: str = "127.0.0.1") -> socket.socket:
+        """One connection to ``port`` on the sandbox's loopback, as a connected socket
+        (a Unix socket pair's end, relayed); :class:`PortNotListeningError` (also a
+        ``ConnectionRefusedError``) when nothing listens there."""
+        return connect_port(self._executor, self.id, port, host)
 
     def write_file(
         self,

@@ -22,7 +22,7 @@ import grpc
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 
-from . import _files
+from . import _files, _ports
 from ._control import refusals, refusals_streaming
 from ._process import Command, CommandSpec
 from ._rpc import CallContext
@@ -341,6 +341,21 @@ class FakeExecutorService:
         rec = self._sandbox(request.sandbox_id, context)
         for data in _files.download(rec.root, request.path):
             yield pb.TarChunk(data=data)
+
+    # ---- ports ---------------------------------------------------------------------------
+
+    @refusals_streaming
+    def ConnectPort(
+        self, request_iterator: Iterator[pb.PortRequest], context: CallContext
+    ) -> Iterator[pb.PortEvent]:
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "open":
+            raise invalid("the first PortRequest must be `open`")
+        rec = self._sandbox(first.open.sandbox_id, context)
+        _ports.check_open(first.open)
+        with self.world.lock:
+            target = self.world.ports.get((rec.id, first.open.port))
+        yield from _ports.relay(target, first.open.port, request_iterator)
 
 
 def _header_and_data(requests: Iterator[Any], what: str) -> tuple[Any, Iterator[bytes]]:

@@ -50,6 +50,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The sandbox hit one of its own limits (pids, memory, open files): the
     task's doing, not the platform's.
     """
+    PORT_NOT_LISTENING: _ErrorReason.ValueType  # 21
+    """Nothing accepts connections on that port inside the sandbox."""
+    PORT_CONNECTION_RESET: _ErrorReason.ValueType  # 22
+    """A forwarded connection was reset by its peer inside the sandbox."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed, beyond its gRPC status code. Servers send the name of the
@@ -82,6 +86,10 @@ SANDBOX_RESOURCE_LIMIT: ErrorReason.ValueType  # 20
 """The sandbox hit one of its own limits (pids, memory, open files): the
 task's doing, not the platform's.
 """
+PORT_NOT_LISTENING: ErrorReason.ValueType  # 21
+"""Nothing accepts connections on that port inside the sandbox."""
+PORT_CONNECTION_RESET: ErrorReason.ValueType  # 22
+"""A forwarded connection was reset by its peer inside the sandbox."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 @_typing.final

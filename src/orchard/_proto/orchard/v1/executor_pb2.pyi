@@ -706,3 +706,106 @@ class KillAllResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KillAllResponse: _TypeAlias = KillAllResponse  # noqa: Y015
+
+@_typing.final
+class PortOpen(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    port: _builtins.int
+    """TCP port inside the sandbox, 1..65535."""
+    host: _builtins.str
+    """The sandbox's loopback address to dial: "" or "127.0.0.1" (IPv4), "::1"
+    (IPv6). Anything else is refused: this call reaches the sandbox only.
+    """
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        port: _builtins.int = ...,
+        host: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "port", b"port", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PortOpen: _TypeAlias = PortOpen  # noqa: Y015
+
+@_typing.final
+class PortRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPEN_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    @_builtins.property
+    def open(self) -> Global___PortOpen: ...
+    def __init__(
+        self,
+        *,
+        open: Global___PortOpen | None = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "data"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___PortRequest: _TypeAlias = PortRequest  # noqa: Y015
+
+@_typing.final
+class PortOpened(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    address: _builtins.str
+    """The address dialled inside the sandbox ("127.0.0.1:8000")."""
+    def __init__(
+        self,
+        *,
+        address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PortOpened: _TypeAlias = PortOpened  # noqa: Y015
+
+@_typing.final
+class PortEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPENED_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    EOF_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    eof: _builtins.bool
+    """The peer inside the sandbox closed its sending side (read EOF)."""
+    @_builtins.property
+    def opened(self) -> Global___PortOpened: ...
+    def __init__(
+        self,
+        *,
+        opened: Global___PortOpened | None = ...,
+        data: _builtins.bytes = ...,
+        eof: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "eof", b"eof", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "eof", b"eof", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["opened", "data", "eof"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___PortEvent: _TypeAlias = PortEvent  # noqa: Y015

@@ -90,6 +90,11 @@ class ExecutorServiceStub(object):
                 request_serializer=orchard_dot_v1_dot_executor__pb2.KillAllRequest.SerializeToString,
                 response_deserializer=orchard_dot_v1_dot_executor__pb2.KillAllResponse.FromString,
                 _registered_method=True)
+        self.ConnectPort = channel.stream_stream(
+                '/orchard.v1.ExecutorService/ConnectPort',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.PortRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.PortEvent.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer(object):
@@ -171,6 +176,19 @@ class ExecutorServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConnectPort(self, request_iterator, context):
+        """One TCP connection to a port on the sandbox's own loopback, as bytes both
+        ways. The first request is `open`; `opened` answers once the connection
+        inside is made (refused: FAILED_PRECONDITION / PORT_NOT_LISTENING). Then
+        `data` flows both ways; the client ending its request stream half-closes
+        (shutdown SHUT_WR inside), `eof` says the peer inside stopped sending, and
+        the call ends when both sides are done. No network policy is involved:
+        nothing but the sandbox's loopback is ever dialled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -228,6 +246,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.KillAll,
                     request_deserializer=orchard_dot_v1_dot_executor__pb2.KillAllRequest.FromString,
                     response_serializer=orchard_dot_v1_dot_executor__pb2.KillAllResponse.SerializeToString,
+            ),
+            'ConnectPort': grpc.stream_stream_rpc_method_handler(
+                    servicer.ConnectPort,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.PortRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.PortEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -527,6 +550,33 @@ class ExecutorService(object):
             '/orchard.v1.ExecutorService/KillAll',
             orchard_dot_v1_dot_executor__pb2.KillAllRequest.SerializeToString,
             orchard_dot_v1_dot_executor__pb2.KillAllResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConnectPort(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/orchard.v1.ExecutorService/ConnectPort',
+            orchard_dot_v1_dot_executor__pb2.PortRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.PortEvent.FromString,
             options,
             channel_credentials,
             insecure,

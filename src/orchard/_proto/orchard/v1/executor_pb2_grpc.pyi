@@ -59,6 +59,15 @@ class ExecutorServiceStub:
     command left behind (background jobs, a fork bomb), running commands and
     sessions alike. The sandbox itself stays up and takes new commands.
     """
+    ConnectPort: _grpc.StreamStreamMultiCallable[_executor_pb2.PortRequest, _executor_pb2.PortEvent]
+    """One TCP connection to a port on the sandbox's own loopback, as bytes both
+    ways. The first request is `open`; `opened` answers once the connection
+    inside is made (refused: FAILED_PRECONDITION / PORT_NOT_LISTENING). Then
+    `data` flows both ways; the client ending its request stream half-closes
+    (shutdown SHUT_WR inside), `eof` says the peer inside stopped sending, and
+    the call ends when both sides are done. No network policy is involved:
+    nothing but the sandbox's loopback is ever dialled.
+    """
 
 @_typing.type_check_only
 class ExecutorServiceAsyncStub(ExecutorServiceStub):
@@ -86,6 +95,15 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     """Signal every process in the sandbox except its init (pid 1): what a
     command left behind (background jobs, a fork bomb), running commands and
     sessions alike. The sandbox itself stays up and takes new commands.
+    """
+    ConnectPort: _aio.StreamStreamMultiCallable[_executor_pb2.PortRequest, _executor_pb2.PortEvent]  # type: ignore[assignment]
+    """One TCP connection to a port on the sandbox's own loopback, as bytes both
+    ways. The first request is `open`; `opened` answers once the connection
+    inside is made (refused: FAILED_PRECONDITION / PORT_NOT_LISTENING). Then
+    `data` flows both ways; the client ending its request stream half-closes
+    (shutdown SHUT_WR inside), `eof` says the peer inside stopped sending, and
+    the call ends when both sides are done. No network policy is involved:
+    nothing but the sandbox's loopback is ever dialled.
     """
 
 class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -177,6 +195,21 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         """Signal every process in the sandbox except its init (pid 1): what a
         command left behind (background jobs, a fork bomb), running commands and
         sessions alike. The sandbox itself stays up and takes new commands.
+        """
+
+    @_abc_1.abstractmethod
+    def ConnectPort(
+        self,
+        request_iterator: _MaybeAsyncIterator[_executor_pb2.PortRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_executor_pb2.PortEvent], _abc.AsyncIterator[_executor_pb2.PortEvent]]:
+        """One TCP connection to a port on the sandbox's own loopback, as bytes both
+        ways. The first request is `open`; `opened` answers once the connection
+        inside is made (refused: FAILED_PRECONDITION / PORT_NOT_LISTENING). Then
+        `data` flows both ways; the client ending its request stream half-closes
+        (shutdown SHUT_WR inside), `eof` says the peer inside stopped sending, and
+        the call ends when both sides are done. No network policy is involved:
+        nothing but the sandbox's loopback is ever dialled.
         """
 
 def add_ExecutorServiceServicer_to_server(servicer: ExecutorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
