@@ -14,12 +14,12 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx
 
-.PHONY: harbor-venv run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
+.PHONY: harbor-venv nemo-gym-venv run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
 
-test: setup harbor-venv ## the whole test suite
+test: setup harbor-venv nemo-gym-venv ## the whole test suite
 	scripts/run_tests.sh
 
 check: setup lint typecheck protos-check test ## format, lint, types, fresh stubs, tests
@@ -54,6 +54,20 @@ harbor-venv: $(HARBOR_VENV)/.installed
 
 $(HARBOR_VENV)/.installed: pyproject.toml
 	scripts/side_venv.sh $(HARBOR_VENV) 12 -e '.[harbor]' 'pytest>=8' 'pytest-timeout>=2.3'
+	touch $@
+
+# nemo-gym 0.7 asks for Python >= 3.13.14; the newest here is 3.13.0, so it is installed
+# with --ignore-requires-python and without its training-stack dependencies (ray, mlflow,
+# wandb, ...): nemo_gym.sandbox, which tests/integrations/test_nemo_gym.py drives, imports
+# only pydantic, omegaconf and PyYAML of them (docs/integrations/nemo-gym.md).
+NEMO_GYM_VENV := .venv-nemo-gym
+
+nemo-gym-venv: $(NEMO_GYM_VENV)/.installed
+
+$(NEMO_GYM_VENV)/.installed: pyproject.toml
+	scripts/side_venv.sh $(NEMO_GYM_VENV) 13 -e . 'pydantic>=2' omegaconf pyyaml 'pytest>=8' 'pytest-timeout>=2.3'
+	$(NEMO_GYM_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python 'nemo-gym==0.7.0'
+	touch $@
 
 init-binary: venv
 	@$(PY) -m orchard.executor.initbin >/dev/null
@@ -143,4 +157,4 @@ test-rewards-ml: venv ## opt-in: the reranker's MiniLM features and HF fine-tuni
 	ORCHARD_TEST_REWARDS_ML=1 $(PY) -m pytest -q -rA tests/rewards/test_rerank_ml.py
 
 clean:
-	rm -rf $(VENV) $(HARBOR_VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(HARBOR_VENV) $(NEMO_GYM_VENV) build .pytest_cache .mypy_cache .ruff_cache

@@ -20,4 +20,3 @@ if [ -z "$found" ]; then
 fi
 [ -x "$dir/bin/python" ] || "$found" -m venv "$dir"
 "$dir/bin/python" -m pip install -q "$@"
-touch "$dir/.installed"

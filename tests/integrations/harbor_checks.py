@@ -26,6 +26,7 @@ from harbor.models.trial.paths import TrialPaths
 
 import orchard
 from orchard.integrations.harbor import OrchardEnvironment
+from tests.integrations.sandbox_waits import gone
 
 Check = Callable[[OrchardEnvironment], Awaitable[None]]
 
@@ -170,6 +171,7 @@ def test_infrastructure_failures_are_harbors_sandbox_failures(tmp_path: Path) ->
         # the sandbox disappears under the trial (deleted elsewhere, TTL, node lost)
         async with orchard.AsyncOrchard() as other:
             await other.sandboxes.delete(env.sandbox.id)
+            await gone(other, env.sandbox.id)
         with pytest.raises(HealthcheckError, match="unavailable during exec"):
             await env.exec("true")
 

@@ -14,7 +14,6 @@ this package installed in it; these tests start a real stack and drive Harbor th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,18 +22,13 @@ import pytest
 
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
-ROOT = Path(__file__).resolve().parents[2]
+from .side_venv import ROOT, requires_venv, run_checks, stack_env
+
 HARBOR_VENV = ROOT / ".venv-harbor"
 TASK = Path(__file__).parent / "harbor_tasks" / "greeting"
 IMPORT_PATH = "orchard.integrations.harbor:OrchardEnvironment"
 
-pytestmark = [
-    *REQUIRES_STACK,
-    pytest.mark.skipif(
-        not (HARBOR_VENV / "bin" / "harbor").exists(),
-        reason="needs .venv-harbor with Harbor (make harbor-venv)",
-    ),
-]
+pytestmark = [*REQUIRES_STACK, requires_venv(HARBOR_VENV, "harbor-venv")]
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +37,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running
 
 
-def _env(stack: Stack) -> dict[str, str]:
-    key = (stack.home / "dev-api-key").read_text().strip()
-    return {**stack.env, "ORCHARD_ENDPOINT": stack.endpoint, "ORCHARD_API_KEY": key}
-
-
 def _harbor_run(stack: Stack, agent: str, jobs: Path) -> dict[str, object]:
     result = subprocess.run(
         [str(HARBOR_VENV / "bin" / "harbor"), "run", "--path", str(TASK), "--agent", agent,
          "--env", IMPORT_PATH, "--jobs-dir", str(jobs), "--yes"],
-        env=_env(stack), capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+        env=stack_env(stack), capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     [trial_result] = [p for p in jobs.glob("*/*/result.json")]
@@ -73,11 +62,4 @@ def test_a_nop_agent_gets_no_reward(stack: Stack, tmp_path: Path) -> None:
 
 
 def test_the_backend_contract_under_harbor(stack: Stack) -> None:
-    result = subprocess.run(
-        [str(HARBOR_VENV / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(Path(__file__).parent / "harbor_checks.py")],
-        env={**_env(stack), "ORCHARD_TEST_STRICT": os.environ.get("ORCHARD_TEST_STRICT", "")},
-        cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and "failed" not in result.stdout, result.stdout
+    run_checks(HARBOR_VENV, Path(__file__).parent / "harbor_checks.py", stack)
