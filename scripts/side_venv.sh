@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# side_venv.sh DIR MIN_MINOR SPEC... : a venv in DIR on the newest CPython 3.x (x >= MIN_MINOR)
-# the machine has (PATH, then pyenv's versions), with SPEC... pip-installed in it.
+# side_venv.sh DIR MIN_MINOR SPEC... : a venv in DIR on the oldest CPython 3.x with x >= MIN_MINOR
+# the machine has (PATH, then pyenv's versions; the oldest is the one the tests ran on),
+# with SPEC... pip-installed in it.
 # For projects whose package needs a newer Python than the suite's 3.11 (Harbor: 3.12);
 # tests/integrations drive them there as subprocesses. Re-run when pyproject.toml changes.
 set -euo pipefail
@@ -10,7 +11,7 @@ found=""
 for py in $(compgen -c python3. | sort -u) "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python3; do
   path=$(command -v "$py" 2>/dev/null) || continue
   minor=$("$path" -c 'import sys; print(sys.version_info[1])' 2>/dev/null) || continue
-  if [ "$minor" -ge "$min" ] && { [ -z "$found" ] || [ "$minor" -gt "$found_minor" ]; }; then
+  if [ "$minor" -ge "$min" ] && { [ -z "$found" ] || [ "$minor" -lt "$found_minor" ]; }; then
     found=$path found_minor=$minor
   fi
 done
