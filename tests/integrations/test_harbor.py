@@ -5,8 +5,9 @@ Harbor needs Python >= 3.12 and the suite runs on 3.11, so Harbor lives in its o
 this package installed in it; these tests start a real stack and drive Harbor there:
 
 - ``harbor run`` with Harbor's ``oracle`` agent on a small task with a verifier
-  (``harbor_tasks/greeting``, in Harbor's task format) gets reward 1, and its ``nop``
-  agent gets reward 0: the environment really ran the solution and the tests;
+  (``harbor_tasks/greeting``, in Harbor's task format; its verifier in the agent's
+  sandbox and, in ``greeting-separate``, in a sandbox of its own) gets reward 1, and
+  its ``nop`` agent gets reward 0: the environment really ran the solution and tests;
 - ``harbor_checks.py``, run by pytest inside that venv, checks the backend's contract
   (exec, timeouts, files, Dockerfile refusal, image mapping, network policy, errors).
 """
@@ -25,7 +26,11 @@ from tests.stack import REQUIRES_STACK, Stack, running_stack
 from .side_venv import ROOT, requires_venv, run_checks, stack_env
 
 HARBOR_VENV = ROOT / ".venv-harbor"
-TASK = Path(__file__).parent / "harbor_tasks" / "greeting"
+TASKS = Path(__file__).parent / "harbor_tasks"
+# the same task twice: its verifier in the agent's sandbox ("shared"), and in a second
+# sandbox that Harbor starts through this backend too, the answer copied over as an
+# artifact ("separate", Harbor's recommended mode)
+TASK_NAMES = ["greeting", "greeting-separate"]
 IMPORT_PATH = "orchard.integrations.harbor:OrchardEnvironment"
 
 pytestmark = [*REQUIRES_STACK, requires_venv(HARBOR_VENV, "harbor-venv")]
@@ -37,9 +42,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running
 
 
-def _harbor_run(stack: Stack, agent: str, jobs: Path) -> dict[str, object]:
+def _harbor_run(stack: Stack, task: str, agent: str, jobs: Path) -> dict[str, object]:
     result = subprocess.run(
-        [str(HARBOR_VENV / "bin" / "harbor"), "run", "--path", str(TASK), "--agent", agent,
+        [str(HARBOR_VENV / "bin" / "harbor"), "run", "--path", str(TASKS / task), "--agent", agent,
          "--env", IMPORT_PATH, "--jobs-dir", str(jobs), "--yes"],
         env=stack_env(stack), capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
     )  # fmt: skip
@@ -50,14 +55,16 @@ def _harbor_run(stack: Stack, agent: str, jobs: Path) -> dict[str, object]:
     return trial
 
 
-def test_oracle_solves_the_task_on_orchard(stack: Stack, tmp_path: Path) -> None:
-    trial = _harbor_run(stack, "oracle", tmp_path / "jobs")
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_oracle_solves_the_task_on_orchard(stack: Stack, tmp_path: Path, task: str) -> None:
+    trial = _harbor_run(stack, task, "oracle", tmp_path / "jobs")
     assert trial["verifier_result"]["rewards"] == {"reward": 1.0}
     assert trial["config"]["environment"]["import_path"] == IMPORT_PATH
 
 
-def test_a_nop_agent_gets_no_reward(stack: Stack, tmp_path: Path) -> None:
-    trial = _harbor_run(stack, "nop", tmp_path / "jobs")
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_a_nop_agent_gets_no_reward(stack: Stack, tmp_path: Path, task: str) -> None:
+    trial = _harbor_run(stack, task, "nop", tmp_path / "jobs")
     assert trial["verifier_result"]["rewards"] == {"reward": 0.0}
 
 
