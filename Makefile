@@ -14,12 +14,12 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx
 
-.PHONY: harbor-venv nemo-gym-venv run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
+.PHONY: run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
 
-test: setup harbor-venv nemo-gym-venv ## the whole test suite
+test: setup ## the whole test suite
 	scripts/run_tests.sh
 
 check: setup lint typecheck protos-check test ## format, lint, types, fresh stubs, tests
@@ -45,6 +45,15 @@ $(PY):
 $(STAMP): pyproject.toml $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# Side venvs for the integrations whose packages need a newer Python than the suite's
+# 3.11 (tests/integrations/side_venv.py). Their own rules, so `test` and `clean` gain
+# them without touching those lines.
+.PHONY: harbor-venv nemo-gym-venv clean-side-venvs
+test: harbor-venv nemo-gym-venv
+clean: clean-side-venvs
+clean-side-venvs:
+	rm -rf $(HARBOR_VENV) $(NEMO_GYM_VENV)
 
 # Harbor needs Python >= 3.12 (the suite runs on 3.11): its own venv, which
 # tests/integrations/test_harbor.py drives (~75 s once; redone when pyproject.toml changes).
@@ -157,4 +166,4 @@ test-rewards-ml: venv ## opt-in: the reranker's MiniLM features and HF fine-tuni
 	ORCHARD_TEST_REWARDS_ML=1 $(PY) -m pytest -q -rA tests/rewards/test_rerank_ml.py
 
 clean:
-	rm -rf $(VENV) $(HARBOR_VENV) $(NEMO_GYM_VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
