@@ -54,7 +54,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
-    """ExecutorService: exec, sessions (and files, through the file service)."""
+    """ExecutorService: exec, sessions, files (through the file service), ports (ports.py)."""
 
     def __init__(self, settings: ExecutorSettings, signer: TokenVerifier) -> None:
         self._authorizer = CallAuthorizer(signer)
@@ -203,6 +203,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             header.mode,
             header.make_parents,
             self._data_chunks(requests, "WriteFileRequest"),
+            owner=header.owner,
         )
         return pb.WriteFileResponse(size=size)
 
@@ -216,7 +217,9 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         header = first.header
         sandbox = self._sandbox(header.sandbox_id, context)
         files = SandboxFiles(sandbox.rootfs, owner=sandbox.meta.root_uid)
-        count, size = await files.upload(header.path, self._data_chunks(requests, "UploadRequest"))
+        count, size = await files.upload(
+            header.path, self._data_chunks(requests, "UploadRequest"), owner=header.owner
+        )
         return pb.UploadResponse(files=count, bytes=size)
 
     async def Download(
@@ -240,6 +243,33 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         owner = call_owner(sandbox.sandbox_id)
         async for event in self.ports.relay(sandbox, owner, first.open, requests, pace):
             yield event
+
+    def _files(self, sandbox_id: str, context: Context) -> SandboxFiles:
+        sandbox = self._sandbox(sandbox_id, context)
+        return SandboxFiles(sandbox.rootfs, owner=sandbox.meta.root_uid)
+
+    async def ListDir(self, request: pb.ListDirRequest, context: Context) -> pb.ListDirResponse:
+        files = self._files(request.sandbox_id, context)
+        entries, truncated = await files.list_dir(request.path, request.depth, request.max_entries)
+        return pb.ListDirResponse(entries=entries, truncated=truncated)
+
+    async def Stat(self, request: pb.StatRequest, context: Context) -> pb.FileStat:
+        files = self._files(request.sandbox_id, context)
+        return await files.stat(request.path, follow=not request.no_follow)
+
+    async def Remove(self, request: pb.RemoveRequest, context: Context) -> pb.RemoveResponse:
+        files = self._files(request.sandbox_id, context)
+        return pb.RemoveResponse(removed=await files.remove(request.path, request.recursive))
+
+    async def Rename(self, request: pb.RenameRequest, context: Context) -> pb.RenameResponse:
+        files = self._files(request.sandbox_id, context)
+        await files.rename(request.source, request.destination)
+        return pb.RenameResponse()
+
+    async def MakeDir(self, request: pb.MakeDirRequest, context: Context) -> pb.MakeDirResponse:
+        files = self._files(request.sandbox_id, context)
+        created = await files.make_dir(request.path, request.parents, request.mode, request.owner)
+        return pb.MakeDirResponse(created=created)
 
 
 async def _pump_requests(

@@ -78,13 +78,13 @@ def client(stack: Stack) -> Iterator[Orchard]:
         yield client
 
 
-def _start(sb: Sandbox, command: str, port: int) -> None:
+def _start(sb: Sandbox, command: str, port: int, host: str = "127.0.0.1") -> None:
     """Start a server in the background inside ``sb`` and wait until ``port`` accepts."""
     sb.exec(f"setsid sh -c '{command}' >/tmp/server-{port}.log 2>&1 </dev/null &", timeout=10)
     deadline = time.monotonic() + 20
     while True:
         try:
-            sb.connect_port(port).close()
+            sb.connect_port(port, host=host).close()
             return
         except PortNotListeningError:
             if time.monotonic() > deadline:
@@ -177,6 +177,18 @@ def test_raw_socket_half_close(web: Sandbox) -> None:
     answer = b"".join(iter(lambda: sock.recv(65536), b""))
     sock.close()
     assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b"<h1>inside</h1>\n")
+
+
+def test_ipv6_loopback(web: Sandbox) -> None:
+    bind = "import socket; socket.socket(socket.AF_INET6).bind(('::1', 0))"
+    if web.exec(["python3", "-c", bind]).exit_code != 0:
+        pytest.skip("the sandbox has no IPv6 loopback")
+    _start(web, "python3 -m http.server 8001 --bind ::1 --directory /srv", 8001, host="::1")
+    with web.forward_port(8001, host="::1") as fwd:
+        assert _fetch(f"{fwd.url}/index.html") == b"<h1>inside</h1>\n"
+    # The same port on 127.0.0.1 is another address: nothing listens there.
+    with pytest.raises(PortNotListeningError):
+        web.connect_port(8001)
 
 
 def test_refused_inside_closes_the_local_connection_and_says_so(

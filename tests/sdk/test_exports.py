@@ -20,6 +20,8 @@ EXPECTED = {
     "TLS",  # TLS for the client's channels (client/_tls.py)
     # Ports: the forward handles and the refused-connection error (client/_ports.py).
     "PortForward", "AsyncPortForward", "PortNotListeningError",
+    # File operations (client/_files.py) and the errors that are also Python built-ins.
+    "FileEntry", "PathExistsError", "PathIsADirectoryError", "PathNotADirectoryError",
 }  # fmt: skip
 
 
@@ -39,3 +41,8 @@ def test_every_error_derives_from_the_root() -> None:
     assert issubclass(orchard.SandboxNotFoundError, orchard.SandboxError)
     assert issubclass(orchard.PathEscapeError, orchard.PathError)
     assert issubclass(orchard.PortNotListeningError, ConnectionRefusedError)
+    assert issubclass(orchard.PathNotFoundError, FileNotFoundError)
+    assert issubclass(orchard.PathExistsError, FileExistsError)
+    assert issubclass(orchard.PathIsADirectoryError, IsADirectoryError)
+    assert issubclass(orchard.PathNotADirectoryError, NotADirectoryError)
+    assert issubclass(orchard.PermissionDeniedError, PermissionError)

@@ -30,6 +30,9 @@ from ._errors import (
     OrchardError,
     PathError,
     PathEscapeError,
+    PathExistsError,
+    PathIsADirectoryError,
+    PathNotADirectoryError,
     PathNotFoundError,
     PermissionDeniedError,
     PortNotListeningError,
@@ -41,6 +44,7 @@ from ._errors import (
     ServiceUnavailableError,
     SessionError,
 )
+from ._files import FileEntry
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -90,6 +94,7 @@ __all__ = [
     "ExecEvent",
     "ExecResult",
     "ExecStatus",
+    "FileEntry",
     "GradeReport",
     "GrpcTransport",
     "ImageInfo",
@@ -105,6 +110,9 @@ __all__ = [
     "OutputChunk",
     "PathError",
     "PathEscapeError",
+    "PathExistsError",
+    "PathIsADirectoryError",
+    "PathNotADirectoryError",
     "PathNotFoundError",
     "PermissionDeniedError",
     "PoolInfo",

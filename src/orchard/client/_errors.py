@@ -5,11 +5,14 @@
     OrchardError                       root: everything the SDK raises
     ├── ConfigurationError             no endpoint / API key could be found
     ├── AuthenticationError            API key or data-plane token refused
-    ├── PermissionDeniedError          authenticated, but not allowed
+    ├── PermissionDeniedError          authenticated, but not allowed (also a PermissionError)
     ├── InvalidRequestError            the request is wrong; fix it, do not retry
     │   ├── ImageNotFoundError         no such image
     │   ├── PathError                  a path inside the sandbox is unusable
-    │   │   ├── PathNotFoundError
+    │   │   ├── PathNotFoundError      (also a FileNotFoundError)
+    │   │   ├── PathExistsError        (also a FileExistsError)
+    │   │   ├── PathIsADirectoryError  (also an IsADirectoryError)
+    │   │   ├── PathNotADirectoryError (also a NotADirectoryError)
     │   │   └── PathEscapeError        it leaves the sandbox (.., symlinks)
     │   └── CommandStartError          executable or user not found
     ├── SandboxError                   about one sandbox's state
@@ -28,10 +31,17 @@ Every error carries ``code`` (the gRPC status name, e.g. ``"NOT_FOUND"``),
 ``reason`` (an ``ErrorReason`` name from common.proto or ``""``) and ``fault``
 (``"client"``, ``"task"`` or ``"infrastructure"``). A command that runs and
 fails is not an exception: it is an ``ExecResult`` with its exit code.
+
+Errors about paths, permissions and deadlines are also the matching Python
+built-ins (``except FileNotFoundError`` catches a missing sandbox path, as it
+would a missing local one; ``errno`` is set), so code written against
+``pathlib`` / ``os`` keeps working. The cost: ``except OSError`` now catches
+those SDK errors too, which is what such code means.
 """
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 import grpc
@@ -67,8 +77,27 @@ class AuthenticationError(OrchardError):
     """The API key (control plane) or the sandbox token (data plane) was refused."""
 
 
-class PermissionDeniedError(OrchardError):
-    """The caller is known but may not do this."""
+class _BuiltinOSError(OrchardError, OSError):
+    """Mixin base: an SDK error that is also a ``builtins.OSError`` subclass.
+
+    The subclass names its ``errno``; ``str()`` stays the server's message.
+    """
+
+    errno_code = 0
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.errno = self.errno_code
+        self.strerror = message
+
+    def __str__(self) -> str:
+        return self.message  # not OSError's "[Errno N] ...": the same text as every SDK error
+
+
+class PermissionDeniedError(_BuiltinOSError, PermissionError):
+    """The caller is known but may not do this (also a ``PermissionError``)."""
+
+    errno_code = errno.EACCES
 
 
 class InvalidRequestError(OrchardError):
@@ -83,8 +112,29 @@ class PathError(InvalidRequestError):
     """A path inside the sandbox cannot be used for this operation."""
 
 
-class PathNotFoundError(PathError):
-    """The path does not exist."""
+class PathNotFoundError(PathError, _BuiltinOSError, FileNotFoundError):
+    """The path does not exist (also a ``FileNotFoundError``)."""
+
+    errno_code = errno.ENOENT
+
+
+class PathExistsError(PathError, _BuiltinOSError, FileExistsError):
+    """Something is already at the path (also a ``FileExistsError``)."""
+
+    errno_code = errno.EEXIST
+
+
+class PathIsADirectoryError(PathError, _BuiltinOSError, IsADirectoryError):
+    """The path is a directory where a file was needed (also an ``IsADirectoryError``)."""
+
+    errno_code = errno.EISDIR
+
+
+class PathNotADirectoryError(PathError, _BuiltinOSError, NotADirectoryError):
+    """A directory was needed but the path (or a parent) is not one
+    (also a ``NotADirectoryError``)."""
+
+    errno_code = errno.ENOTDIR
 
 
 class PathEscapeError(PathError):
@@ -148,10 +198,10 @@ _BY_REASON: dict[str, type[OrchardError]] = {
     "INVALID_FIELD": InvalidRequestError,
     "PATH_ESCAPE": PathEscapeError,
     "PATH_NOT_FOUND": PathNotFoundError,
-    "NOT_A_DIRECTORY": PathError,
-    "IS_A_DIRECTORY": PathError,
+    "NOT_A_DIRECTORY": PathNotADirectoryError,
+    "IS_A_DIRECTORY": PathIsADirectoryError,
     "UNSUPPORTED_FILE_TYPE": PathError,
-    "FILE_EXISTS": PathError,
+    "FILE_EXISTS": PathExistsError,
     "SESSION_NOT_FOUND": SessionError,
     "SESSION_BUSY": SessionError,
     "SESSION_DEAD": SessionError,

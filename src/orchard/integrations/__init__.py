@@ -1,1 +1,19 @@
-"""Adapters that let other projects' harnesses and trainers use Orchard sandboxes."""
+"""Adapters that let other projects' harnesses run on Orchard sandboxes.
+
+One subpackage per project, each behind its own extra (``pip install
+'orchard-env[inspect]'`` ...), each built only on the public SDK (``import
+orchard``; an import-linter contract in pyproject.toml keeps it so):
+
+- ``orchard.integrations.inspect``: an Inspect AI ``SandboxEnvironment``
+  (``sandbox="orchard"``, found through Inspect's entry point).
+- ``orchard.integrations.minisweagent``: a mini-swe-agent ``Environment``.
+- ``orchard.integrations.swerex``: a SWE-ReX deployment and runtime.
+- ``orchard.integrations.harbor``: a Harbor environment backend, loaded by import
+  path (``--env orchard.integrations.harbor:OrchardEnvironment``).
+- ``orchard.integrations.slime``: ``OrchardSandbox``, slime's agent ``Sandbox``
+  protocol (no extra: slime is not on a registry).
+- ``orchard.integrations.nemo_gym``: a NeMo Gym ``SandboxProvider``, found by name
+  (``orchard``) through NeMo Gym's entry point.
+
+Importing this package imports none of them, so it needs none of the extras.
+"""

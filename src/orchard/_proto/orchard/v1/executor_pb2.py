@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19orchard/v1/executor.proto\x12\norchard.v1\"\xf2\x01\n\tExecStart\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgv\x18\x02 \x03(\t\x12\r\n\x05shell\x18\x03 \x01(\t\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12+\n\x03\x65nv\x18\x05 \x03(\x0b\x32\x1e.orchard.v1.ExecStart.EnvEntry\x12\x0c\n\x04user\x18\x06 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x07 \x01(\x01\x12\x18\n\x10max_output_bytes\x18\x08 \x01(\x03\x12\r\n\x05stdin\x18\t \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"w\n\x0b\x45xecRequest\x12&\n\x05start\x18\x01 \x01(\x0b\x32\x15.orchard.v1.ExecStartH\x00\x12\x0f\n\x05stdin\x18\x02 \x01(\x0cH\x00\x12\x15\n\x0b\x63lose_stdin\x18\x03 \x01(\x08H\x00\x12\x10\n\x06signal\x18\x04 \x01(\x05H\x00\x42\x06\n\x04kind\"\xb7\x01\n\nExecStatus\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06signal\x18\x02 \x01(\x05\x12\x11\n\ttimed_out\x18\x03 \x01(\x08\x12\x12\n\noom_killed\x18\x04 \x01(\x08\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x18\n\x10stdout_truncated\x18\x06 \x01(\x08\x12\x18\n\x10stderr_truncated\x18\x07 \x01(\x08\x12\x18\n\x10\x64uration_seconds\x18\x08 \x01(\x01\"_\n\tExecEvent\x12\x10\n\x06stdout\x18\x01 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x02 \x01(\x0cH\x00\x12&\n\x04\x65xit\x18\x03 \x01(\x0b\x32\x16.orchard.v1.ExecStatusH\x00\x42\x06\n\x04kind\"A\n\nRunRequest\x12$\n\x05start\x18\x01 \x01(\x0b\x32\x15.orchard.v1.ExecStart\x12\r\n\x05stdin\x18\x02 \x01(\x0c\"U\n\x0bRunResponse\x12\x0e\n\x06stdout\x18\x01 \x01(\x0c\x12\x0e\n\x06stderr\x18\x02 \x01(\x0c\x12&\n\x06status\x18\x03 \x01(\x0b\x32\x16.orchard.v1.ExecStatus\"\xa9\x01\n\x14\x43reateSessionRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x36\n\x03\x65nv\x18\x03 \x03(\x0b\x32).orchard.v1.CreateSessionRequest.EnvEntry\x12\x0c\n\x04user\x18\x04 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"1\n\x07Session\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"4\n\nSessionRef\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"\x7f\n\x11SessionRunRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x03\"\x1a\n\x18InterruptSessionResponse\"\x16\n\x14\x43loseSessionResponse\"&\n\x08\x46ileInfo\x12\x0c\n\x04size\x18\x01 \x01(\x03\x12\x0c\n\x04mode\x18\x02 \x01(\r\"3\n\x0fReadFileRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"=\n\tFileChunk\x12\"\n\x04info\x18\x01 \x01(\x0b\x32\x14.orchard.v1.FileInfo\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"W\n\x0fWriteFileHeader\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04mode\x18\x03 \x01(\r\x12\x14\n\x0cmake_parents\x18\x04 \x01(\x08\"Y\n\x10WriteFileRequest\x12-\n\x06header\x18\x01 \x01(\x0b\x32\x1b.orchard.v1.WriteFileHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04kind\"!\n\x11WriteFileResponse\x12\x0c\n\x04size\x18\x01 \x01(\x03\"0\n\x0cUploadHeader\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"S\n\rUploadRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x18.orchard.v1.UploadHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04kind\".\n\x0eUploadResponse\x12\r\n\x05\x66iles\x18\x01 \x01(\x03\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\"3\n\x0f\x44ownloadRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"\x18\n\x08TarChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"4\n\x0eKillAllRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0e\n\x06signal\x18\x02 \x01(\x05\"!\n\x0fKillAllResponse\x12\x0e\n\x06killed\x18\x01 \x01(\x03\":\n\x08PortOpen\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12\x0c\n\x04host\x18\x03 \x01(\t\"K\n\x0bPortRequest\x12$\n\x04open\x18\x01 \x01(\x0b\x32\x14.orchard.v1.PortOpenH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04kind\"\x1d\n\nPortOpened\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"\\\n\tPortEvent\x12(\n\x06opened\x18\x01 \x01(\x0b\x32\x16.orchard.v1.PortOpenedH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\r\n\x03\x65of\x18\x03 \x01(\x08H\x00\x42\x06\n\x04kind2\xc8\x06\n\x0f\x45xecutorService\x12:\n\x04\x45xec\x12\x17.orchard.v1.ExecRequest\x1a\x15.orchard.v1.ExecEvent(\x01\x30\x01\x12\x36\n\x03Run\x12\x16.orchard.v1.RunRequest\x1a\x17.orchard.v1.RunResponse\x12\x46\n\rCreateSession\x12 .orchard.v1.CreateSessionRequest\x1a\x13.orchard.v1.Session\x12\x44\n\nSessionRun\x12\x1d.orchard.v1.SessionRunRequest\x1a\x17.orchard.v1.RunResponse\x12P\n\x10InterruptSession\x12\x16.orchard.v1.SessionRef\x1a$.orchard.v1.InterruptSessionResponse\x12H\n\x0c\x43loseSession\x12\x16.orchard.v1.SessionRef\x1a .orchard.v1.CloseSessionResponse\x12@\n\x08ReadFile\x12\x1b.orchard.v1.ReadFileRequest\x1a\x15.orchard.v1.FileChunk0\x01\x12J\n\tWriteFile\x12\x1c.orchard.v1.WriteFileRequest\x1a\x1d.orchard.v1.WriteFileResponse(\x01\x12\x41\n\x06Upload\x12\x19.orchard.v1.UploadRequest\x1a\x1a.orchard.v1.UploadResponse(\x01\x12?\n\x08\x44ownload\x12\x1b.orchard.v1.DownloadRequest\x1a\x14.orchard.v1.TarChunk0\x01\x12\x42\n\x07KillAll\x12\x1a.orchard.v1.KillAllRequest\x1a\x1b.orchard.v1.KillAllResponse\x12\x41\n\x0b\x43onnectPort\x12\x17.orchard.v1.PortRequest\x1a\x15.orchard.v1.PortEvent(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19orchard/v1/executor.proto\x12\norchard.v1\"\xf2\x01\n\tExecStart\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgv\x18\x02 \x03(\t\x12\r\n\x05shell\x18\x03 \x01(\t\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12+\n\x03\x65nv\x18\x05 \x03(\x0b\x32\x1e.orchard.v1.ExecStart.EnvEntry\x12\x0c\n\x04user\x18\x06 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x07 \x01(\x01\x12\x18\n\x10max_output_bytes\x18\x08 \x01(\x03\x12\r\n\x05stdin\x18\t \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"w\n\x0b\x45xecRequest\x12&\n\x05start\x18\x01 \x01(\x0b\x32\x15.orchard.v1.ExecStartH\x00\x12\x0f\n\x05stdin\x18\x02 \x01(\x0cH\x00\x12\x15\n\x0b\x63lose_stdin\x18\x03 \x01(\x08H\x00\x12\x10\n\x06signal\x18\x04 \x01(\x05H\x00\x42\x06\n\x04kind\"\xb7\x01\n\nExecStatus\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06signal\x18\x02 \x01(\x05\x12\x11\n\ttimed_out\x18\x03 \x01(\x08\x12\x12\n\noom_killed\x18\x04 \x01(\x08\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x18\n\x10stdout_truncated\x18\x06 \x01(\x08\x12\x18\n\x10stderr_truncated\x18\x07 \x01(\x08\x12\x18\n\x10\x64uration_seconds\x18\x08 \x01(\x01\"_\n\tExecEvent\x12\x10\n\x06stdout\x18\x01 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x02 \x01(\x0cH\x00\x12&\n\x04\x65xit\x18\x03 \x01(\x0b\x32\x16.orchard.v1.ExecStatusH\x00\x42\x06\n\x04kind\"A\n\nRunRequest\x12$\n\x05start\x18\x01 \x01(\x0b\x32\x15.orchard.v1.ExecStart\x12\r\n\x05stdin\x18\x02 \x01(\x0c\"U\n\x0bRunResponse\x12\x0e\n\x06stdout\x18\x01 \x01(\x0c\x12\x0e\n\x06stderr\x18\x02 \x01(\x0c\x12&\n\x06status\x18\x03 \x01(\x0b\x32\x16.orchard.v1.ExecStatus\"\xa9\x01\n\x14\x43reateSessionRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0b\n\x03\x63wd\x18\x02 \x01(\t\x12\x36\n\x03\x65nv\x18\x03 \x03(\x0b\x32).orchard.v1.CreateSessionRequest.EnvEntry\x12\x0c\n\x04user\x18\x04 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"1\n\x07Session\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"4\n\nSessionRef\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"\x7f\n\x11SessionRunRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x03\"\x1a\n\x18InterruptSessionResponse\"\x16\n\x14\x43loseSessionResponse\"&\n\x08\x46ileInfo\x12\x0c\n\x04size\x18\x01 \x01(\x03\x12\x0c\n\x04mode\x18\x02 \x01(\r\"3\n\x0fReadFileRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"=\n\tFileChunk\x12\"\n\x04info\x18\x01 \x01(\x0b\x32\x14.orchard.v1.FileInfo\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"f\n\x0fWriteFileHeader\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04mode\x18\x03 \x01(\r\x12\x14\n\x0cmake_parents\x18\x04 \x01(\x08\x12\r\n\x05owner\x18\x05 \x01(\t\"Y\n\x10WriteFileRequest\x12-\n\x06header\x18\x01 \x01(\x0b\x32\x1b.orchard.v1.WriteFileHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04kind\"!\n\x11WriteFileResponse\x12\x0c\n\x04size\x18\x01 \x01(\x03\"?\n\x0cUploadHeader\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\"S\n\rUploadRequest\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x18.orchard.v1.UploadHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04kind\".\n\x0eUploadResponse\x12\r\n\x05\x66iles\x18\x01 \x01(\x03\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\"3\n\x0f\x44ownloadRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"\x18\n\x08TarChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"4\n\x0eKillAllRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0e\n\x06signal\x18\x02 \x01(\x05\"!\n\x0fKillAllResponse\x12\x0e\n\x06killed\x18\x01 \x01(\x03\"\xa7\x01\n\x08\x46ileStat\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\"\n\x04type\x18\x03 \x01(\x0e\x32\x14.orchard.v1.FileType\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x0c\n\x04mode\x18\x05 \x01(\r\x12\r\n\x05mtime\x18\x06 \x01(\x01\x12\x0b\n\x03uid\x18\x07 \x01(\r\x12\x0b\n\x03gid\x18\x08 \x01(\r\x12\x16\n\x0esymlink_target\x18\t \x01(\t\"V\n\x0eListDirRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\r\x12\x13\n\x0bmax_entries\x18\x04 \x01(\r\"K\n\x0fListDirResponse\x12%\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x14.orchard.v1.FileStat\x12\x11\n\ttruncated\x18\x02 \x01(\x08\"B\n\x0bStatRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x11\n\tno_follow\x18\x03 \x01(\x08\"D\n\rRemoveRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x11\n\trecursive\x18\x03 \x01(\x08\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\"H\n\rRenameRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65stination\x18\x03 \x01(\t\"\x10\n\x0eRenameResponse\"`\n\x0eMakeDirRequest\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0f\n\x07parents\x18\x03 \x01(\x08\x12\x0c\n\x04mode\x18\x04 \x01(\r\x12\r\n\x05owner\x18\x05 \x01(\t\"\"\n\x0fMakeDirResponse\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\":\n\x08PortOpen\x12\x12\n\nsandbox_id\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\x12\x0c\n\x04host\x18\x03 \x01(\t\"K\n\x0bPortRequest\x12$\n\x04open\x18\x01 \x01(\x0b\x32\x14.orchard.v1.PortOpenH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04kind\"\x1d\n\nPortOpened\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\"\\\n\tPortEvent\x12(\n\x06opened\x18\x01 \x01(\x0b\x32\x16.orchard.v1.PortOpenedH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\r\n\x03\x65of\x18\x03 \x01(\x08H\x00\x42\x06\n\x04kind*\xca\x01\n\x08\x46ileType\x12\x19\n\x15\x46ILE_TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x46ILE_TYPE_FILE\x10\x01\x12\x17\n\x13\x46ILE_TYPE_DIRECTORY\x10\x02\x12\x15\n\x11\x46ILE_TYPE_SYMLINK\x10\x03\x12\x12\n\x0e\x46ILE_TYPE_FIFO\x10\x04\x12\x14\n\x10\x46ILE_TYPE_SOCKET\x10\x05\x12\x19\n\x15\x46ILE_TYPE_CHAR_DEVICE\x10\x06\x12\x1a\n\x16\x46ILE_TYPE_BLOCK_DEVICE\x10\x07\x32\x89\t\n\x0f\x45xecutorService\x12:\n\x04\x45xec\x12\x17.orchard.v1.ExecRequest\x1a\x15.orchard.v1.ExecEvent(\x01\x30\x01\x12\x36\n\x03Run\x12\x16.orchard.v1.RunRequest\x1a\x17.orchard.v1.RunResponse\x12\x46\n\rCreateSession\x12 .orchard.v1.CreateSessionRequest\x1a\x13.orchard.v1.Session\x12\x44\n\nSessionRun\x12\x1d.orchard.v1.SessionRunRequest\x1a\x17.orchard.v1.RunResponse\x12P\n\x10InterruptSession\x12\x16.orchard.v1.SessionRef\x1a$.orchard.v1.InterruptSessionResponse\x12H\n\x0c\x43loseSession\x12\x16.orchard.v1.SessionRef\x1a .orchard.v1.CloseSessionResponse\x12@\n\x08ReadFile\x12\x1b.orchard.v1.ReadFileRequest\x1a\x15.orchard.v1.FileChunk0\x01\x12J\n\tWriteFile\x12\x1c.orchard.v1.WriteFileRequest\x1a\x1d.orchard.v1.WriteFileResponse(\x01\x12\x41\n\x06Upload\x12\x19.orchard.v1.UploadRequest\x1a\x1a.orchard.v1.UploadResponse(\x01\x12?\n\x08\x44ownload\x12\x1b.orchard.v1.DownloadRequest\x1a\x14.orchard.v1.TarChunk0\x01\x12\x42\n\x07KillAll\x12\x1a.orchard.v1.KillAllRequest\x1a\x1b.orchard.v1.KillAllResponse\x12\x41\n\x0b\x43onnectPort\x12\x17.orchard.v1.PortRequest\x1a\x15.orchard.v1.PortEvent(\x01\x30\x01\x12\x42\n\x07ListDir\x12\x1a.orchard.v1.ListDirRequest\x1a\x1b.orchard.v1.ListDirResponse\x12\x35\n\x04Stat\x12\x17.orchard.v1.StatRequest\x1a\x14.orchard.v1.FileStat\x12?\n\x06Remove\x12\x19.orchard.v1.RemoveRequest\x1a\x1a.orchard.v1.RemoveResponse\x12?\n\x06Rename\x12\x19.orchard.v1.RenameRequest\x1a\x1a.orchard.v1.RenameResponse\x12\x42\n\x07MakeDir\x12\x1a.orchard.v1.MakeDirRequest\x1a\x1b.orchard.v1.MakeDirResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,6 +36,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXECSTART_ENVENTRY']._serialized_options = b'8\001'
   _globals['_CREATESESSIONREQUEST_ENVENTRY']._loaded_options = None
   _globals['_CREATESESSIONREQUEST_ENVENTRY']._serialized_options = b'8\001'
+  _globals['_FILETYPE']._serialized_start=3051
+  _globals['_FILETYPE']._serialized_end=3253
   _globals['_EXECSTART']._serialized_start=42
   _globals['_EXECSTART']._serialized_end=284
   _globals['_EXECSTART_ENVENTRY']._serialized_start=242
@@ -71,33 +73,53 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FILECHUNK']._serialized_start=1395
   _globals['_FILECHUNK']._serialized_end=1456
   _globals['_WRITEFILEHEADER']._serialized_start=1458
-  _globals['_WRITEFILEHEADER']._serialized_end=1545
-  _globals['_WRITEFILEREQUEST']._serialized_start=1547
-  _globals['_WRITEFILEREQUEST']._serialized_end=1636
-  _globals['_WRITEFILERESPONSE']._serialized_start=1638
-  _globals['_WRITEFILERESPONSE']._serialized_end=1671
-  _globals['_UPLOADHEADER']._serialized_start=1673
-  _globals['_UPLOADHEADER']._serialized_end=1721
-  _globals['_UPLOADREQUEST']._serialized_start=1723
-  _globals['_UPLOADREQUEST']._serialized_end=1806
-  _globals['_UPLOADRESPONSE']._serialized_start=1808
-  _globals['_UPLOADRESPONSE']._serialized_end=1854
-  _globals['_DOWNLOADREQUEST']._serialized_start=1856
-  _globals['_DOWNLOADREQUEST']._serialized_end=1907
-  _globals['_TARCHUNK']._serialized_start=1909
-  _globals['_TARCHUNK']._serialized_end=1933
-  _globals['_KILLALLREQUEST']._serialized_start=1935
-  _globals['_KILLALLREQUEST']._serialized_end=1987
-  _globals['_KILLALLRESPONSE']._serialized_start=1989
-  _globals['_KILLALLRESPONSE']._serialized_end=2022
-  _globals['_PORTOPEN']._serialized_start=2024
-  _globals['_PORTOPEN']._serialized_end=2082
-  _globals['_PORTREQUEST']._serialized_start=2084
-  _globals['_PORTREQUEST']._serialized_end=2159
-  _globals['_PORTOPENED']._serialized_start=2161
-  _globals['_PORTOPENED']._serialized_end=2190
-  _globals['_PORTEVENT']._serialized_start=2192
-  _globals['_PORTEVENT']._serialized_end=2284
-  _globals['_EXECUTORSERVICE']._serialized_start=2287
-  _globals['_EXECUTORSERVICE']._serialized_end=3127
+  _globals['_WRITEFILEHEADER']._serialized_end=1560
+  _globals['_WRITEFILEREQUEST']._serialized_start=1562
+  _globals['_WRITEFILEREQUEST']._serialized_end=1651
+  _globals['_WRITEFILERESPONSE']._serialized_start=1653
+  _globals['_WRITEFILERESPONSE']._serialized_end=1686
+  _globals['_UPLOADHEADER']._serialized_start=1688
+  _globals['_UPLOADHEADER']._serialized_end=1751
+  _globals['_UPLOADREQUEST']._serialized_start=1753
+  _globals['_UPLOADREQUEST']._serialized_end=1836
+  _globals['_UPLOADRESPONSE']._serialized_start=1838
+  _globals['_UPLOADRESPONSE']._serialized_end=1884
+  _globals['_DOWNLOADREQUEST']._serialized_start=1886
+  _globals['_DOWNLOADREQUEST']._serialized_end=1937
+  _globals['_TARCHUNK']._serialized_start=1939
+  _globals['_TARCHUNK']._serialized_end=1963
+  _globals['_KILLALLREQUEST']._serialized_start=1965
+  _globals['_KILLALLREQUEST']._serialized_end=2017
+  _globals['_KILLALLRESPONSE']._serialized_start=2019
+  _globals['_KILLALLRESPONSE']._serialized_end=2052
+  _globals['_FILESTAT']._serialized_start=2055
+  _globals['_FILESTAT']._serialized_end=2222
+  _globals['_LISTDIRREQUEST']._serialized_start=2224
+  _globals['_LISTDIRREQUEST']._serialized_end=2310
+  _globals['_LISTDIRRESPONSE']._serialized_start=2312
+  _globals['_LISTDIRRESPONSE']._serialized_end=2387
+  _globals['_STATREQUEST']._serialized_start=2389
+  _globals['_STATREQUEST']._serialized_end=2455
+  _globals['_REMOVEREQUEST']._serialized_start=2457
+  _globals['_REMOVEREQUEST']._serialized_end=2525
+  _globals['_REMOVERESPONSE']._serialized_start=2527
+  _globals['_REMOVERESPONSE']._serialized_end=2560
+  _globals['_RENAMEREQUEST']._serialized_start=2562
+  _globals['_RENAMEREQUEST']._serialized_end=2634
+  _globals['_RENAMERESPONSE']._serialized_start=2636
+  _globals['_RENAMERESPONSE']._serialized_end=2652
+  _globals['_MAKEDIRREQUEST']._serialized_start=2654
+  _globals['_MAKEDIRREQUEST']._serialized_end=2750
+  _globals['_MAKEDIRRESPONSE']._serialized_start=2752
+  _globals['_MAKEDIRRESPONSE']._serialized_end=2786
+  _globals['_PORTOPEN']._serialized_start=2788
+  _globals['_PORTOPEN']._serialized_end=2846
+  _globals['_PORTREQUEST']._serialized_start=2848
+  _globals['_PORTREQUEST']._serialized_end=2923
+  _globals['_PORTOPENED']._serialized_start=2925
+  _globals['_PORTOPENED']._serialized_end=2954
+  _globals['_PORTEVENT']._serialized_start=2956
+  _globals['_PORTEVENT']._serialized_end=3048
+  _globals['_EXECUTORSERVICE']._serialized_start=3256
+  _globals['_EXECUTORSERVICE']._serialized_end=4417
 # @@protoc_insertion_point(module_scope)

@@ -68,6 +68,19 @@ class ExecutorServiceStub:
     the call ends when both sides are done. No network policy is involved:
     nothing but the sandbox's loopback is ever dialled.
     """
+    ListDir: _grpc.UnaryUnaryMultiCallable[_executor_pb2.ListDirRequest, _executor_pb2.ListDirResponse]
+    """File operations beside read/write (all confined like ReadFile/WriteFile).
+    The entries of a directory, optionally recursing `depth` levels (symlinks
+    are listed, never followed); at most `max_entries`, `truncated` says more.
+    """
+    Stat: _grpc.UnaryUnaryMultiCallable[_executor_pb2.StatRequest, _executor_pb2.FileStat]
+    """One entry's metadata (FileStat); NOT_FOUND / PATH_NOT_FOUND if it is missing."""
+    Remove: _grpc.UnaryUnaryMultiCallable[_executor_pb2.RemoveRequest, _executor_pb2.RemoveResponse]
+    """Remove a file, symlink or empty directory; a whole tree with `recursive`."""
+    Rename: _grpc.UnaryUnaryMultiCallable[_executor_pb2.RenameRequest, _executor_pb2.RenameResponse]
+    """rename(2) inside the sandbox: replaces a file at `destination`, like mv."""
+    MakeDir: _grpc.UnaryUnaryMultiCallable[_executor_pb2.MakeDirRequest, _executor_pb2.MakeDirResponse]
+    """mkdir, or mkdir -p with `parents`."""
 
 @_typing.type_check_only
 class ExecutorServiceAsyncStub(ExecutorServiceStub):
@@ -105,6 +118,19 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     the call ends when both sides are done. No network policy is involved:
     nothing but the sandbox's loopback is ever dialled.
     """
+    ListDir: _aio.UnaryUnaryMultiCallable[_executor_pb2.ListDirRequest, _executor_pb2.ListDirResponse]  # type: ignore[assignment]
+    """File operations beside read/write (all confined like ReadFile/WriteFile).
+    The entries of a directory, optionally recursing `depth` levels (symlinks
+    are listed, never followed); at most `max_entries`, `truncated` says more.
+    """
+    Stat: _aio.UnaryUnaryMultiCallable[_executor_pb2.StatRequest, _executor_pb2.FileStat]  # type: ignore[assignment]
+    """One entry's metadata (FileStat); NOT_FOUND / PATH_NOT_FOUND if it is missing."""
+    Remove: _aio.UnaryUnaryMultiCallable[_executor_pb2.RemoveRequest, _executor_pb2.RemoveResponse]  # type: ignore[assignment]
+    """Remove a file, symlink or empty directory; a whole tree with `recursive`."""
+    Rename: _aio.UnaryUnaryMultiCallable[_executor_pb2.RenameRequest, _executor_pb2.RenameResponse]  # type: ignore[assignment]
+    """rename(2) inside the sandbox: replaces a file at `destination`, like mv."""
+    MakeDir: _aio.UnaryUnaryMultiCallable[_executor_pb2.MakeDirRequest, _executor_pb2.MakeDirResponse]  # type: ignore[assignment]
+    """mkdir, or mkdir -p with `parents`."""
 
 class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -211,5 +237,48 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         the call ends when both sides are done. No network policy is involved:
         nothing but the sandbox's loopback is ever dialled.
         """
+
+    @_abc_1.abstractmethod
+    def ListDir(
+        self,
+        request: _executor_pb2.ListDirRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.ListDirResponse, _abc.Awaitable[_executor_pb2.ListDirResponse]]:
+        """File operations beside read/write (all confined like ReadFile/WriteFile).
+        The entries of a directory, optionally recursing `depth` levels (symlinks
+        are listed, never followed); at most `max_entries`, `truncated` says more.
+        """
+
+    @_abc_1.abstractmethod
+    def Stat(
+        self,
+        request: _executor_pb2.StatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.FileStat, _abc.Awaitable[_executor_pb2.FileStat]]:
+        """One entry's metadata (FileStat); NOT_FOUND / PATH_NOT_FOUND if it is missing."""
+
+    @_abc_1.abstractmethod
+    def Remove(
+        self,
+        request: _executor_pb2.RemoveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.RemoveResponse, _abc.Awaitable[_executor_pb2.RemoveResponse]]:
+        """Remove a file, symlink or empty directory; a whole tree with `recursive`."""
+
+    @_abc_1.abstractmethod
+    def Rename(
+        self,
+        request: _executor_pb2.RenameRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.RenameResponse, _abc.Awaitable[_executor_pb2.RenameResponse]]:
+        """rename(2) inside the sandbox: replaces a file at `destination`, like mv."""
+
+    @_abc_1.abstractmethod
+    def MakeDir(
+        self,
+        request: _executor_pb2.MakeDirRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.MakeDirResponse, _abc.Awaitable[_executor_pb2.MakeDirResponse]]:
+        """mkdir, or mkdir -p with `parents`."""
 
 def add_ExecutorServiceServicer_to_server(servicer: ExecutorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
