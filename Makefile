@@ -52,6 +52,38 @@ $(STAMP): pyproject.toml $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Side venvs for the integrations whose packages need a newer Python than the suite's
+# 3.11 (tests/integrations/side_venv.py). Their own rules, so `test` and `clean` gain
+# them without touching those lines.
+.PHONY: harbor-venv nemo-gym-venv clean-side-venvs
+test: harbor-venv nemo-gym-venv
+clean: clean-side-venvs
+clean-side-venvs:
+	rm -rf $(HARBOR_VENV) $(NEMO_GYM_VENV)
+
+# Harbor needs Python >= 3.12 (the suite runs on 3.11): its own venv, which
+# tests/integrations/test_harbor.py drives (~75 s once; redone when pyproject.toml changes).
+HARBOR_VENV := .venv-harbor
+
+harbor-venv: $(HARBOR_VENV)/.installed
+
+$(HARBOR_VENV)/.installed: pyproject.toml
+	scripts/side_venv.sh $(HARBOR_VENV) 12 -e '.[harbor]' 'pytest>=8' 'pytest-timeout>=2.3'
+	touch $@
+
+# nemo-gym 0.7 asks for Python >= 3.13.14; the newest here is 3.13.0, so it is installed
+# with --ignore-requires-python and without its training-stack dependencies (ray, mlflow,
+# wandb, ...): nemo_gym.sandbox, which tests/integrations/test_nemo_gym.py drives, imports
+# only pydantic, omegaconf and PyYAML of them (docs/integrations/nemo-gym.md).
+NEMO_GYM_VENV := .venv-nemo-gym
+
+nemo-gym-venv: $(NEMO_GYM_VENV)/.installed
+
+$(NEMO_GYM_VENV)/.installed: pyproject.toml
+	scripts/side_venv.sh $(NEMO_GYM_VENV) 13 -e . 'pydantic>=2' omegaconf pyyaml 'pytest>=8' 'pytest-timeout>=2.3'
+	$(NEMO_GYM_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python 'nemo-gym==0.7.0'
+	touch $@
+
 init-binary: venv
 	@$(PY) -m orchard.executor.initbin >/dev/null
 

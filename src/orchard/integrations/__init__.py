@@ -8,6 +8,12 @@ orchard``; an import-linter contract in pyproject.toml keeps it so):
   (``sandbox="orchard"``, found through Inspect's entry point).
 - ``orchard.integrations.minisweagent``: a mini-swe-agent ``Environment``.
 - ``orchard.integrations.swerex``: a SWE-ReX deployment and runtime.
+- ``orchard.integrations.harbor``: a Harbor environment backend, loaded by import
+  path (``--env orchard.integrations.harbor:OrchardEnvironment``).
+- ``orchard.integrations.slime``: ``OrchardSandbox``, slime's agent ``Sandbox``
+  protocol (no extra: slime is not on a registry).
+- ``orchard.integrations.nemo_gym``: a NeMo Gym ``SandboxProvider``, found by name
+  (``orchard``) through NeMo Gym's entry point.
 
 Importing this package imports none of them, so it needs none of the extras.
 """
