@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orchard.common.local_ca import LocalCA
+from helm_python.chart import lint
 from orchard.modelproxy.__main__ import parse_args
+
+from orchard.common.local_ca import LocalCA
 
 from .schemas import KUBERNETES_VERSIONS, schema_errors
 from .test_chart_security import Pod, _component, _sandbox, connects
-from .test_helm_chart import RELEASE_NS, render
+from .test_helm_chart import CHART, RELEASE_NS, TENANTS, render
 
 Doc = dict[str, Any]
 
@@ -182,3 +184,7 @@ def test_sandbox_classes_left_out_do_not_reach_the_proxy() -> None:
 def test_the_proxys_objects_match_the_schema(version: str) -> None:
     for doc in render(ENABLED):
         assert schema_errors(doc, version) == [], doc["metadata"]["name"]
+
+
+def test_helm_lint_has_no_errors_with_the_proxy() -> None:
+    assert lint(str(CHART), {**TENANTS, **ENABLED})["errors"] == []
