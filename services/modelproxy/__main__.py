@@ -1,7 +1,7 @@
 """``python -m orchard.modelproxy --home H --listen ADDR --upstream URL [--gateway ADDR]``.
 
 Without an upstream the proxy still serves sessions, and refuses model calls with 503
-``UPSTREAM_NOT_CONFIGURED``. Prints ``http://host:port`` once ready and writes ``<home>/run/modelproxy.addr``. The upstream
+``UPSTREAM_NOT_CONFIGURED``. Prints ``http://host:port`` (``https://`` with ``--tls-cert``/``--tls-key``) once ready and writes ``<home>/run/modelproxy.addr``. The upstream
 comes from ``--upstream`` or ``$ORCHARD_MODEL_UPSTREAM`` (an OpenAI-compatible base URL ending
 in ``/v1``), its kind from ``--upstream-kind`` or ``$ORCHARD_MODEL_UPSTREAM_KIND``, its key from
 ``$ORCHARD_MODEL_UPSTREAM_API_KEY``.
@@ -17,6 +17,8 @@ from pathlib import Path
 
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
+from orchard.common.tls import tls_from_arguments
+from orchard.common.tls_args import add_tls_arguments
 
 from .service import serve
 from .settings import UPSTREAM_KINDS, ModelProxySettings
@@ -48,13 +50,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelProxySettings, dict[
     )  # fmt: skip
     parser.add_argument(
         "--public-url", default="",
-        help="the proxy's base URL as harnesses reach it (default http://<listen address>)",
+        help="the proxy's base URL as harnesses reach it (default http[s]://<listen address>)",
     )  # fmt: skip
     parser.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     parser.add_argument("--max-calls-per-session", type=int, default=10_000)
     parser.add_argument("--body-timeout-seconds", type=float, default=30.0)
     parser.add_argument("--max-concurrent-calls-per-session", type=int, default=32)
+    add_tls_arguments(parser)
     args = parser.parse_args(argv)
+    tls = tls_from_arguments(parser, args)
     home = args.home or orchard_home()
     gateway = args.gateway
     if not gateway:
@@ -75,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelProxySettings, dict[
         public_url=args.public_url.rstrip("/"), gateway_ca=args.gateway_ca,
         max_body_bytes=args.max_body_bytes, max_calls_per_session=args.max_calls_per_session,
         body_timeout_seconds=args.body_timeout_seconds,
-        max_concurrent_calls_per_session=args.max_concurrent_calls_per_session,
+        max_concurrent_calls_per_session=args.max_concurrent_calls_per_session, tls=tls,
     )  # fmt: skip
     return settings, extra
 

@@ -26,7 +26,13 @@ async def serve(
     on_ready: Callable[[str], None] = print,
     extra_body: dict[str, Any] | None = None,
 ) -> None:
-    credentials = upstream_credentials(settings.gateway_ca) if settings.gateway_ca else None
+    # A TLS gateway (grpcs://) is dialed trusting gateway_ca; a proxy with a certificate
+    # presents it too, so a gateway that asks for client certificates gets one.
+    credentials = (
+        upstream_credentials(settings.gateway_ca, settings.tls)
+        if settings.gateway_ca is not None or settings.tls is not None
+        else None
+    )
     channel = aio_channel(settings.gateway, credentials)
     upstream = Upstream(settings.upstream, settings.upstream_kind, settings.upstream_api_key,
                         settings.upstream_timeout_seconds, extra_body,
@@ -40,17 +46,21 @@ async def serve(
     runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False)
     await runner.setup()
     host, _, port = settings.listen.rpartition(":")
-    site = web.TCPSite(runner, host or "127.0.0.1", int(port), backlog=1024)
+    ssl_context = settings.tls.ssl_context() if settings.tls is not None else None
+    site = web.TCPSite(
+        runner, host or "127.0.0.1", int(port), backlog=1024, ssl_context=ssl_context
+    )
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     address = public_address(settings.listen, bound)
+    url = f"{settings.scheme}://{address}"
     if not proxy.public_url:
-        proxy.public_url = f"http://{address}"
+        proxy.public_url = url
     address_file = settings.home / "run" / "modelproxy.addr"
-    write_address_file(address_file, f"http://{address}")
-    log.info("modelproxy serving", address=address, upstream=settings.upstream,
+    write_address_file(address_file, url)
+    log.info("modelproxy serving", url=url, upstream=settings.upstream,
              kind=settings.upstream_kind, sessions=str(store.root))  # fmt: skip
-    on_ready(f"http://{address}")
+    on_ready(url)
     await wait_for_stop_signal()
     await runner.cleanup()
     await upstream.close()
@@ -58,5 +68,5 @@ async def serve(
     for session in store.all():
         session.calls.sync()
         session.calls.close()
-    remove_address_file(address_file, f"http://{address}")
+    remove_address_file(address_file, url)
     log.info("modelproxy stopped")

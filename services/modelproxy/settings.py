@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchard.common.tls import ServerTLS
+
 UPSTREAM_KINDS = ("vllm", "sglang", "openai")
 """How to ask an upstream for token ids and logprobs (``upstream.TokenRequest``):
 ``vllm`` (``logprobs`` + ``return_token_ids`` + ``return_tokens_as_token_ids``), ``sglang``
@@ -51,6 +53,15 @@ class ModelProxySettings:
     """How long a key the gateway accepted is trusted without asking again."""
     gateway_ca: Path | None = None
     """The CA of a TLS gateway (``grpcs://``); None = the system's roots or plaintext."""
+    tls: ServerTLS | None = None
+    """Serve HTTPS with this certificate (``--tls-cert``/``--tls-key`` or ``$ORCHARD_TLS_CERT``/
+    ``$ORCHARD_TLS_KEY``, as every service); None: plain HTTP. With a client CA
+    (``--tls-client-ca``) callers must present a certificate it issued; it also goes to the
+    gateway as the proxy's client certificate (``upstream_credentials``)."""
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
 
     @property
     def data_dir(self) -> Path:

@@ -74,7 +74,7 @@ def start_proxy(home: Path, upstream_url: str, gateway: str, *extra: str) -> Pro
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], 30)
     line = process.stdout.readline().decode().strip() if ready else ""
-    if not line.startswith("http://"):
+    if not line.startswith(("http://", "https://")):
         process.kill()
         process.wait()
         process.stdout.close()

@@ -32,13 +32,19 @@ class _Tenants(sandbox_pb2_grpc.SandboxServiceServicer):
 
 
 @contextmanager
-def tenant_gateway(keys: dict[str, str]) -> Iterator[str]:
-    """``host:port`` of a server that knows ``keys`` (API key -> tenant)."""
+def tenant_gateway(
+    keys: dict[str, str], tls: grpc.ServerCredentials | None = None
+) -> Iterator[str]:
+    """``host:port`` of a server that knows ``keys`` (API key -> tenant); with ``tls``,
+    ``grpcs://host:port`` serving TLS as the chart's gateway does."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(_Tenants(keys), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", tls)
     server.start()
     try:
-        yield f"127.0.0.1:{port}"
+        yield f"{'grpcs://' if tls else ''}127.0.0.1:{port}"
     finally:
         server.stop(None)

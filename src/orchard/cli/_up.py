@@ -20,10 +20,12 @@ local CA and one server certificate under ``<home>/secrets/tls/`` (kept and reus
 ``orchard.common.local_ca``), valid for localhost, the loopback addresses and
 ``--host``, and starts every service with it: the gateway's gRPC port and REST front,
 the node executor (the scheduler tells clients with ``ExecutorAccess.tls``), the
-nginx data-plane proxy (both sides) and the rewards service. Clients find the CA at
+nginx data-plane proxy (both sides), the rewards service and the model proxy (HTTPS).
+Clients find the CA at
 ``<home>/run/ca.pem``, and the address files carry the scheme: ``run/gateway.addr``
 is ``grpcs://host:port``, ``run/gateway-http.addr`` ``https://host:port``,
-``run/data-plane.addr`` and ``run/rewards.addr`` ``grpcs://...``. The SDK trusts
+``run/data-plane.addr`` and ``run/rewards.addr`` ``grpcs://...``, ``run/modelproxy.addr``
+``https://...``. The SDK trusts
 ``run/ca.pem`` when its endpoint comes from that home (``orchard.client._tls``).
 
 Internal calls are always authenticated, ``--tls`` or not: before starting anything,
@@ -345,22 +347,24 @@ def _start_model_proxy(
     home: Path,
     env: dict[str, str],
     gateway: str,
-    tls: bool,
+    tls: _TLSArgs,
     children: list[Child],
 ) -> str:
     """Start the recording model proxy (``orchard.modelproxy``) after the gateway it asks about
-    tenants' keys; its address, or "" with ``--model-proxy-port -1``."""
+    tenants' keys; its URL (``https://`` under ``--tls``, the node's certificate), or "" with
+    ``--model-proxy-port -1``."""
     port = args.model_proxy_port
     port = port if port is not None else (0 if args.port == 0 else 50090)
     if port < 0:
         return ""
-    ca = ["--gateway-ca", str(home / "run" / "ca.pem")] if tls else []
     proxy, address = _start(
         "modelproxy", "orchard.modelproxy",
-        ["--listen", f"{args.host}:{port}", "--gateway", gateway, "--upstream", args.model_upstream, *ca],
+        ["--listen", f"{args.host}:{port}", "--gateway", gateway, "--upstream", args.model_upstream,
+         *tls.gateway_ca, *tls.server],
         home, env,
     )  # fmt: skip
-    proxy.restart_args = _pinned(proxy.restart_args, "--listen", address.removeprefix("http://"))
+    bound = address.removeprefix("https://").removeprefix("http://")
+    proxy.restart_args = _pinned(proxy.restart_args, "--listen", bound)
     children.append(proxy)
     return address
 
@@ -481,7 +485,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             rewards.restart_args, "--listen", rewards_addr.removeprefix("grpcs://")
         )
         children.append(rewards)
-        proxy_addr = _start_model_proxy(args, home, env, endpoint, tls.on, children)
+        proxy_addr = _start_model_proxy(args, home, env, endpoint, tls, children)
         print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
         print(f"Dev API key: {home / 'dev-api-key'}", flush=True)
         print(f"Rewards: {rewards_addr}", flush=True)
