@@ -26,6 +26,8 @@ from orchard.common.tokens import Keyring, Revocations, TokenVerifier, decode_sa
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import CallAuthorizer
+from .background import ProcessLimits, ProcessTable
+from .background_rpc import ProcessRpcs
 from .commands import (
     ExecStream,
     OutputLimits,
@@ -51,7 +53,7 @@ log = structlog.get_logger("orchard.executor")
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
+class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
     """ExecutorService: exec, sessions (and files, through the file service)."""
 
     def __init__(self, settings: ExecutorSettings, signer: TokenVerifier) -> None:
@@ -72,6 +74,15 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self._idle_seconds = settings.stream_idle_seconds
         self._small_limits = SmallMessageLimits(
             settings.small_messages_per_second, settings.max_small_messages_per_stream
+        )
+        self.processes = ProcessTable(
+            ProcessLimits(
+                settings.process_shares,
+                settings.process_buffer_bytes,
+                settings.finished_processes_kept,
+                settings.finished_process_seconds,
+            ),
+            self._output,
         )
 
     def _sandbox(self, sandbox_id: str, context: Context) -> Sandbox:
@@ -303,5 +314,6 @@ async def serve(settings: ExecutorSettings) -> None:
         await wait_for_stop_signal()
     finally:
         servicer.sessions.close_all()
+        servicer.processes.close_all()
         await runner.stop(settings.shutdown_grace_seconds)
         log.info("executor stopped", address=runner.address)
