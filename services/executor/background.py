@@ -49,7 +49,14 @@ from orchard.common.errors import (
 
 from .commands import PreparedExec, _OomWatch, drain, exec_status, start_failure_result
 from .init_client import InitCommand, InitUnavailable, start_command
-from .init_protocol import STAGE_PTY, ExitReport, StartFailure
+from .init_protocol import (
+    STAGE_CHDIR,
+    STAGE_CREDENTIALS,
+    STAGE_EXEC,
+    STAGE_PTY,
+    ExitReport,
+    StartFailure,
+)
 from .output_budget import OutputBudget, OutputCharge
 from .output_ring import STDERR, STDOUT, OutputRing
 from .pipes import InputPipe, OutputPipe
@@ -166,11 +173,11 @@ class BackgroundProcess:
 
     async def write(self, data: bytes) -> None:
         if self.state != "running":
-            raise precondition(f"process {self.process_id} is not running", "PROCESS_EXITED")
+            raise precondition(f"process {self.process_id} is not running", "PROCESS_STATE")
         if self._stdin is None:
             raise precondition(
                 f"process {self.process_id} was started without stdin (start it with stdin)",
-                "PROCESS_NO_STDIN",
+                "PROCESS_STATE",
             )
         await self._stdin.write(data)
 
@@ -178,7 +185,7 @@ class BackgroundProcess:
         if self.pty:
             raise precondition(
                 "a terminal's input has no end; send b'\\x04' (Ctrl-D) or a signal",
-                "PROCESS_HAS_TERMINAL",
+                "PROCESS_STATE",
             )
         if self._stdin is not None:
             self._stdin.close()
@@ -193,7 +200,7 @@ class BackgroundProcess:
     def resize(self, rows: int, cols: int) -> None:
         rows, cols = check_pty_size(rows, cols)
         if not self.pty:
-            raise precondition(f"process {self.process_id} has no terminal", "PROCESS_NO_TERMINAL")
+            raise precondition(f"process {self.process_id} has no terminal", "PROCESS_STATE")
         if self._pty_fd is None:
             return  # exited: nothing to resize
         size = struct.pack("HHHH", rows, cols, 0, 0)
@@ -323,10 +330,17 @@ def _start_refused(prepared: PreparedExec, failure: StartFailure) -> ServiceErro
     """A process that could not start is an error of the call (there is no stream
     to report a shell's 127 on, and a handle to a process that never ran would lie)."""
     if failure.stage == STAGE_PTY:
-        return precondition(
+        return infrastructure(
             f"the sandbox could not allocate a terminal: {os.strerror(failure.errno)} "
-            "(does its /dev have ptmx and a devpts at /dev/pts?)",
-            "PTY_UNAVAILABLE",
+            "(its /dev needs ptmx and a devpts at /dev/pts)"
         )
     code, message = start_failure_result(prepared, failure)
-    return precondition(f"{message.decode(errors='replace').strip()} (exit {code})", "START_FAILED")
+    reason = _START_REASONS.get(failure.stage, "EXECUTABLE_NOT_FOUND")
+    return precondition(f"{message.decode(errors='replace').strip()} (exit {code})", reason)
+
+
+_START_REASONS = {
+    STAGE_EXEC: "EXECUTABLE_NOT_FOUND",
+    STAGE_CREDENTIALS: "USER_NOT_FOUND",
+    STAGE_CHDIR: "PATH_NOT_FOUND",
+}

@@ -164,7 +164,7 @@ def test_bad_requests_are_clear_errors(client: Client) -> None:
     with pytest.raises(grpc.RpcError) as err:
         _input(client, info, resize=pb.PtySize(rows=10, cols=10))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert error_reason(err.value) == "PROCESS_NO_TERMINAL"
+    assert error_reason(err.value) == "PROCESS_STATE"
 
 
 # ------------------------------------------------------------ hostile sandbox

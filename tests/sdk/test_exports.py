@@ -18,6 +18,8 @@ EXPECTED = {
     "AsyncImages", "AsyncRewards", "Transport", "AsyncTransport", "GrpcTransport",
     "AsyncGrpcTransport", "Interceptor", "AsyncInterceptor", "close_default_clients", "TenantInfo",
     "TLS",  # TLS for the client's channels (client/_tls.py)
+    # Background processes and terminals (client/_processes.py).
+    "Process", "AsyncProcess", "ProcessInfo", "ProcessEvent", "OutputDropped", "ProcessError",
 }  # fmt: skip
 
 

@@ -23,6 +23,7 @@ PAIRS = [
     (orchard.Rewards, orchard.AsyncRewards),
     (orchard.Sandbox, orchard.AsyncSandbox),
     (orchard.Session, orchard.AsyncSession),
+    (orchard.Process, orchard.AsyncProcess),
     (orchard.GrpcTransport, orchard.AsyncGrpcTransport),
 ]
 # The context-manager protocols are each face's own spelling of one thing.

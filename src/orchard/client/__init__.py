@@ -32,6 +32,7 @@ from ._errors import (
     PathEscapeError,
     PathNotFoundError,
     PermissionDeniedError,
+    ProcessError,
     QuotaExceededError,
     SandboxError,
     SandboxLimitError,
@@ -51,6 +52,9 @@ from ._models import (
 )
 from ._network import NetworkPolicy
 from ._pools import PoolInfo
+from ._process_async import AsyncProcess
+from ._process_sync import Process
+from ._processes import OutputDropped, ProcessEvent, ProcessInfo
 from ._rewards import AsyncRewards, GradeReport, JudgeVerdict, ProcessReward, Rewards
 from ._sync import Sandbox, Session
 from ._sync_client import Images, Orchard, Pools, Sandboxes
@@ -72,6 +76,7 @@ __all__ = [
     "AsyncInterceptor",
     "AsyncOrchard",
     "AsyncPools",
+    "AsyncProcess",
     "AsyncRewards",
     "AsyncSandbox",
     "AsyncSandboxes",
@@ -99,12 +104,17 @@ __all__ = [
     "Orchard",
     "OrchardError",
     "OutputChunk",
+    "OutputDropped",
     "PathError",
     "PathEscapeError",
     "PathNotFoundError",
     "PermissionDeniedError",
     "PoolInfo",
     "Pools",
+    "Process",
+    "ProcessError",
+    "ProcessEvent",
+    "ProcessInfo",
     "ProcessReward",
     "QuotaExceededError",
     "Rewards",

@@ -16,6 +16,7 @@
     │   ├── SandboxNotFoundError
     │   ├── SandboxNotReadyError
     │   ├── SessionError               session unknown, busy or dead
+    │   ├── ProcessError               background process unknown, or not in a state for that
     │   └── SandboxLimitError          the sandbox hit its own pids/memory limit
     ├── QuotaExceededError             over a quota; ``retry_after`` seconds if known
     ├── DeadlineExceededError          a call ran out of time (also a builtins.TimeoutError)
@@ -109,6 +110,10 @@ class SessionError(SandboxError):
     """A shell session is unknown, busy or dead."""
 
 
+class ProcessError(SandboxError):
+    """A background process is unknown (or forgotten), or cannot take that call now."""
+
+
 class SandboxLimitError(SandboxError):
     """The sandbox hit one of its own limits (pids, memory): the task's fault, not the platform's."""
 
@@ -147,6 +152,8 @@ _BY_REASON: dict[str, type[OrchardError]] = {
     "SESSION_NOT_FOUND": SessionError,
     "SESSION_BUSY": SessionError,
     "SESSION_DEAD": SessionError,
+    "PROCESS_NOT_FOUND": ProcessError,
+    "PROCESS_STATE": ProcessError,
     "TOKEN_INVALID": AuthenticationError,
     "API_KEY_INVALID": AuthenticationError,
     "QUOTA_EXCEEDED": QuotaExceededError,

@@ -50,6 +50,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The sandbox hit one of its own limits (pids, memory, open files): the
     task's doing, not the platform's.
     """
+    PROCESS_NOT_FOUND: _ErrorReason.ValueType  # 21
+    """No background process of that id in the sandbox (or it finished too long ago)."""
+    PROCESS_STATE: _ErrorReason.ValueType  # 22
+    """The process cannot take this now: it has exited, has no stdin, has no
+    terminal (resize) or has one (close_stdin).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed, beyond its gRPC status code. Servers send the name of the
@@ -81,6 +87,12 @@ FILE_EXISTS: ErrorReason.ValueType  # 19
 SANDBOX_RESOURCE_LIMIT: ErrorReason.ValueType  # 20
 """The sandbox hit one of its own limits (pids, memory, open files): the
 task's doing, not the platform's.
+"""
+PROCESS_NOT_FOUND: ErrorReason.ValueType  # 21
+"""No background process of that id in the sandbox (or it finished too long ago)."""
+PROCESS_STATE: ErrorReason.ValueType  # 22
+"""The process cannot take this now: it has exited, has no stdin, has no
+terminal (resize) or has one (close_stdin).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
