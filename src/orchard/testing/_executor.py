@@ -24,6 +24,7 @@ from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
 
 from . import _files
 from ._control import refusals, refusals_streaming
+from ._executor_processes import FakeProcessRpcs
 from ._process import Command, CommandSpec
 from ._rpc import CallContext
 from ._sandboxes import SandboxRuntimes
@@ -109,7 +110,7 @@ def lookup_user(root: Path, user: str) -> tuple[str, str]:
     raise not_found(f"user {name!r} does not exist in the sandbox", "USER_NOT_FOUND")
 
 
-class FakeExecutorService:
+class FakeExecutorService(FakeProcessRpcs):
     def __init__(
         self, world: World, runtimes: SandboxRuntimes, scripts: Scripts, run_commands: bool
     ) -> None:
