@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from orchard import __version__
 from orchard.client import OrchardError
 
-from . import _images, _network, _pools, _rewards, _sandboxes, _tenants, _token_keys, _up
+from . import _images, _network, _pools, _rewards, _sandboxes, _shell, _tenants, _token_keys, _up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _up.register(commands)
     _sandboxes.register(commands)
+    _shell.register(commands)
     _images.register(commands)
     _tenants.register(commands)
     _token_keys.register(commands)
