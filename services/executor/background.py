@@ -201,8 +201,8 @@ class BackgroundProcess:
         rows, cols = check_pty_size(rows, cols)
         if not self.pty:
             raise precondition(f"process {self.process_id} has no terminal", "PROCESS_STATE")
-        if self._pty_fd is None:
-            return  # exited: nothing to resize
+        if self._pty_fd is None or self.state != "running":
+            raise precondition(f"process {self.process_id} is not running", "PROCESS_STATE")
         size = struct.pack("HHHH", rows, cols, 0, 0)
         with contextlib.suppress(OSError):
             fcntl.ioctl(self._pty_fd, termios.TIOCSWINSZ, size)

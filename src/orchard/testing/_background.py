@@ -219,9 +219,10 @@ class FakeProcess:
         rows, cols = check_pty_size(size)
         if not self.pty:
             raise precondition(f"process {self.process_id} has no terminal", "PROCESS_STATE")
-        if self._master is not None:
-            with contextlib.suppress(OSError):
-                fcntl.ioctl(self._master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        if self._master is None or self.status is not None:
+            raise precondition(f"process {self.process_id} is not running", "PROCESS_STATE")
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(self._master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
     def info(self) -> pb.ProcessInfo:
         with self.changed:
