@@ -226,9 +226,12 @@ def test_orchard_shell_in_a_real_terminal(stack: Stack, tmp_path: Path) -> None:
         tmux("send-keys", "-t", "t", "C-c")
         tmux("send-keys", "-t", "t", "echo slept=$?", "Enter")
         tmux.wait_for("slept=130")
-        # Job control: a stopped job is listed by the shell.
-        tmux("send-keys", "-t", "t", "sleep 200 &", "Enter")
-        tmux("send-keys", "-t", "t", "jobs", "Enter")
+        # Job control: Ctrl-Z stops the foreground job, the shell lists it, `bg` runs it.
+        tmux("send-keys", "-t", "t", "sleep 200", "Enter")
+        time.sleep(1.0)
+        tmux("send-keys", "-t", "t", "C-z")
+        tmux.wait_for("Stopped")
+        tmux("send-keys", "-t", "t", "bg; jobs", "Enter")
         tmux.wait_for("Running")
         tmux("send-keys", "-t", "t", "kill %1; exit 3", "Enter")
         deadline = time.monotonic() + 20
