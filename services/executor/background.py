@@ -65,6 +65,8 @@ from .shares import Owner, ShareLedger, ShareLimits
 UNCAPPED = 1 << 62
 RETRY_AFTER_SECONDS = 5.0
 MAX_TERMINAL_SIDE = 4096
+# How often a sweep looks for finished processes of deleted sandboxes (a stat each).
+GONE_CHECK_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +103,10 @@ class BackgroundProcess:
         owner: Owner,
         ring: OutputRing,
         pace: OutputCharge,
+        on_done: Callable[[BackgroundProcess], None],
     ) -> None:
         self.process_id = process_id
+        self.socket_path = prepared.sandbox.socket_path
         self.sandbox_id = prepared.sandbox.sandbox_id
         self.owner = owner
         self.argv = prepared.request.argv
@@ -131,6 +135,7 @@ class BackgroundProcess:
                 OutputPipe(loop, command.take_fd("stderr_fd"), UNCAPPED, self._sink(STDERR), pace),
             ]
         self._watch = _OomWatch(prepared.sandbox)
+        self._on_done = on_done
         self._runner = loop.create_task(self._run())
 
     def _sink(self, stream: int) -> Callable[[bytes], None]:
@@ -159,6 +164,7 @@ class BackgroundProcess:
             self._release_io()
             self.done.set()
             self.ring.notify()
+            self._on_done(self)
 
     def _release_io(self) -> None:
         for pipe in self._pipes:
@@ -251,6 +257,7 @@ class ProcessTable:
         self._budget = budget
         self._live = ShareLedger(limits.shares, "background processes")
         self._processes: dict[str, BackgroundProcess] = {}
+        self._gone_checked = 0.0
 
     async def start(self, prepared: PreparedExec, owner: Owner) -> BackgroundProcess:
         self._sweep()
@@ -275,15 +282,26 @@ class ProcessTable:
         ring = OutputRing(self._limits.buffer_bytes, self._budget.ledger, owner)
         pace = _PaceOnly(self._budget.ledger, owner, 1, self._budget.pace)
         process_id = f"p-{secrets.token_hex(8)}"
-        process = BackgroundProcess(process_id, prepared, started, owner, ring, pace)
+        try:
+            process = BackgroundProcess(
+                process_id, prepared, started, owner, ring, pace, self._finished
+            )
+        except BaseException:
+            started.close()  # kills the command
+            ring.close()
+            self._live.remove(owner, 1)
+            raise
         self._processes[process_id] = process
-        asyncio.get_running_loop().create_task(self._on_done(process))
         return process
 
-    async def _on_done(self, process: BackgroundProcess) -> None:
-        await process.done.wait()
+    def _finished(self, process: BackgroundProcess) -> None:
         self._live.remove(process.owner, 1)
-        self._sweep()
+        if process.lost is not None:
+            # Its init is gone, so is the sandbox: nothing of it can be read any more.
+            for other in list(self._processes.values()):
+                if other.sandbox_id == process.sandbox_id and other.ended_at is not None:
+                    self._forget(other)
+            self._processes[process.process_id] = process  # its own "lost" answer stays
 
     def get(self, sandbox_id: str, process_id: str) -> BackgroundProcess:
         process = self._processes.get(process_id)
@@ -301,13 +319,18 @@ class ProcessTable:
         return sorted(found, key=lambda p: p.started_at)
 
     def _sweep(self) -> None:
-        """Forget finished processes past their time, and past the count per sandbox."""
+        """Forget finished processes past their time, past the count per sandbox, and
+        (checked every GONE_CHECK_SECONDS) those whose sandbox is gone."""
         now = time.monotonic()
+        check_gone = now - self._gone_checked > GONE_CHECK_SECONDS
+        if check_gone:
+            self._gone_checked = now
         by_sandbox: dict[str, list[BackgroundProcess]] = collections.defaultdict(list)
         for process in list(self._processes.values()):
             if process.ended_at is None:
                 continue
-            if now - process.ended_at > self._limits.keep_seconds:
+            gone = check_gone and not os.path.exists(process.socket_path)
+            if gone or now - process.ended_at > self._limits.keep_seconds:
                 self._forget(process)
             else:
                 by_sandbox[process.sandbox_id].append(process)

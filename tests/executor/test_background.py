@@ -229,3 +229,20 @@ def test_floods_stay_inside_the_sandbox_share_and_the_process_cap(
     assert wait_gone(pids) == []
     # Finished, they no longer count: a new one starts.
     _wait(client, _start(client, HOSTILE, argv=["true"]))
+
+
+def test_finished_results_are_kept_at_most_32_per_sandbox(client: Client) -> None:
+    started = [_start(client, argv=["true"]) for _ in range(40)]
+    for info in started:
+        _wait(client, info)
+    _start(client, argv=["true"])  # a start sweeps
+    listed = client.stub.ListProcesses(
+        pb.ListProcessesRequest(sandbox_id=SANDBOX_ID), metadata=client.metadata(SANDBOX_ID)
+    ).processes
+    finished = [p for p in listed if p.state == "exited"]
+    assert len(finished) <= 32
+    ids = {p.process_id for p in listed}
+    assert started[0].process_id not in ids  # the oldest went first
+    with pytest.raises(grpc.RpcError) as err:
+        _wait(client, started[0])
+    assert error_reason(err.value) == "PROCESS_NOT_FOUND"
