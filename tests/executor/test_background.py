@@ -232,9 +232,10 @@ def test_floods_stay_inside_the_sandbox_share_and_the_process_cap(
 
 
 def test_finished_results_are_kept_at_most_32_per_sandbox(client: Client) -> None:
-    started = [_start(client, argv=["true"]) for _ in range(40)]
-    for info in started:
-        _wait(client, info)
+    started = []
+    for _ in range(40):
+        started.append(_start(client, argv=["true"]))
+        _wait(client, started[-1])
     _start(client, argv=["true"])  # a start sweeps
     listed = client.stub.ListProcesses(
         pb.ListProcessesRequest(sandbox_id=SANDBOX_ID), metadata=client.metadata(SANDBOX_ID)
