@@ -211,8 +211,8 @@ def test_orchard_shell_in_a_real_terminal(stack: Stack, tmp_path: Path) -> None:
     tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", command)
     try:
         tmux.wait_for("#")  # the remote root shell's prompt
-        tmux("send-keys", "-t", "t", "tty; echo TERM=$TERM", "Enter")
-        screen = tmux.wait_for("TERM=")
+        tmux("send-keys", "-t", "t", "tty; echo tty-done-$((6*7))", "Enter")
+        screen = tmux.wait_for("tty-done-42")  # the output, not the typed line
         assert "/dev/pts/" in screen
         tmux("send-keys", "-t", "t", "stty size", "Enter")
         tmux.wait_for("30 100")
