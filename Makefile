@@ -14,15 +14,21 @@ export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx tmux
 
-.PHONY: run test check lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
+.PHONY: run test check docs lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
 
 run: setup ## start the whole stack on the embedded default (Ctrl-C to stop)
 	$(VENV)/bin/orchard up
 
-test: setup ## the whole test suite
+test: setup docs ## the whole test suite (after the docs build)
 	scripts/run_tests.sh
 
-check: setup lint typecheck protos-check test ## format, lint, types, fresh stubs, tests
+check: setup lint typecheck protos-check docs test ## format, lint, types, fresh stubs, docs, tests
+
+# The site (mkdocs.yml) with the SDK reference from the docstrings, warnings as errors
+# (~5 s). The CLI and configuration references are generated pages checked by tests
+# (tests/cli/test_cli_reference.py, tests/docs/test_configuration_reference.py).
+docs: venv ## build the documentation site into build/site (mkdocs --strict)
+	$(VENV)/bin/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 
 setup: system-deps venv init-binary executor-bundle image
 

@@ -11,7 +11,7 @@ mkdir -p "$tree/orchard"
 for entry in src/orchard/*; do
   ln -s "$PWD/$entry" "$tree/orchard/$(basename "$entry")"
 done
-for service in executor scheduler gateway rewards; do
+for service in executor scheduler gateway rewards modelproxy; do
   ln -s "$PWD/services/$service" "$tree/orchard/$service"
 done
 echo "$tree"

@@ -20,13 +20,17 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard.common.errors import ServiceError, infrastructure, invalid
+from orchard.common.exec_limits import exec_size_error
+from orchard.common.exit_codes import returncode
 
+from .arg_limits import check_exec_size
 from .files import SandboxFiles
 from .init_client import InitCommand, InitUnavailable, run_inline, start_command
 from .init_protocol import (
@@ -42,11 +46,8 @@ from .output_budget import OutputCharge
 from .pipes import CappedOutput, InputPipe, OutputPipe
 from .sandboxes import Sandbox
 
-# Request bounds: well inside the kernel's exec limits and init's 4 MiB.
-MAX_ARGV_BYTES = 1 << 20
-MAX_ARGS = 16384
-MAX_ENV_BYTES = 1 << 20
-MAX_ENV_VARS = 4096
+# argv and env are bounded by the kernel's own execve rule (arg_limits.py), nothing
+# stricter; init's request cap (init_protocol.MAX_REQUEST_BYTES) is above it.
 MAX_CWD_BYTES = 4096
 MAX_TIMEOUT_SECONDS = 30 * 24 * 3600.0
 
@@ -91,31 +92,26 @@ def check_command_fields(start: pb.ExecStart) -> None:
         raise invalid("argv or shell is required")
     if start.argv and not start.argv[0]:
         raise invalid("argv[0] must not be empty")
-    if len(start.argv) > MAX_ARGS:
-        raise invalid(f"argv has {len(start.argv)} entries; the limit is {MAX_ARGS}")
-    argv_bytes = sum(len(a) for a in start.argv) + len(start.shell)
-    if argv_bytes > MAX_ARGV_BYTES:
-        raise invalid(f"argv/shell is {argv_bytes} bytes; the limit is {MAX_ARGV_BYTES}")
     if any("\0" in a for a in start.argv) or "\0" in start.shell:
         raise invalid("argv and shell must not contain NUL characters")
     check_env(start.env)
+    # The ceiling any sandbox could accept (6 MiB), before the sandbox is looked up;
+    # prepare_exec checks the sandbox's own limit with the whole environment.
+    argv = list(start.argv) if start.argv else ["/bin/sh", "-c", start.shell]
+    problem = exec_size_error(argv, [f"{k}={v}" for k, v in start.env.items()], None)
+    if problem is not None:
+        raise invalid(problem)
     check_cwd(start.cwd)
     check_timeout(start.timeout_seconds)
 
 
 def check_env(env: Mapping[str, str]) -> None:
-    items = env.items()
-    if len(items) > MAX_ENV_VARS:
-        raise invalid(f"env has {len(items)} entries; the limit is {MAX_ENV_VARS}")
-    size = 0
-    for name, value in items:
+    """Names and values execve can pass (sizes: :func:`check_command_fields`)."""
+    for name, value in env.items():
         if not name or "=" in name or "\0" in name or "\0" in value:
             raise invalid(
                 f"env name {name[:60]!r} is invalid (empty, '=' or NUL) or its value has NUL"
             )
-        size += len(name) + len(value) + 2
-    if size > MAX_ENV_BYTES:
-        raise invalid(f"env is {size} bytes; the limit is {MAX_ENV_BYTES}")
 
 
 def check_cwd(cwd: str) -> None:
@@ -169,6 +165,10 @@ async def prepare_exec(
     """Resolve a checked ExecStart against its sandbox."""
     argv = tuple(start.argv) if start.argv else ("/bin/sh", "-c", start.shell)
     env, uid, gid = await command_env(sandbox, start.user, start.env)
+    # An executor serving root "/" runs inside its sandbox (injected): the meta's init pid
+    # is a host pid, not one of its namespace, so its own limits are the sandbox's.
+    init_pid = 0 if sandbox.rootfs == Path("/") else sandbox.meta.init_pid
+    check_exec_size(argv, env, init_pid)
     request = InitRequest(
         argv=argv,
         env=env,
@@ -219,7 +219,7 @@ def exec_status(
     stdout_truncated = stdout is not None and stdout.truncated
     stderr_truncated = stderr is not None and stderr.truncated
     return pb.ExecStatus(
-        exit_code=report.exit_code,
+        exit_code=returncode(report.exit_code, report.signal),
         signal=report.signal,
         timed_out=report.timed_out,
         oom_killed=oom_killed,

@@ -25,9 +25,11 @@ STAGE_EXEC = 3
 STAGE_OTHER = 4
 STAGE_PTY = 5
 
-# Must match MAX_REQUEST_BYTES / MAX_STRINGS in orchard_init.c.
-MAX_REQUEST_BYTES = 4 << 20
-MAX_STRINGS = 65536
+# Must match MAX_REQUEST_BYTES / MAX_STRINGS in orchard_init.c. Above what execve can
+# take (orchard.common.exec_limits: at most 6 MiB of strings and pointers, so fewer than
+# 6 MiB / 9 strings), so the kernel's limit, checked by the executor, is the one that binds.
+MAX_REQUEST_BYTES = 8 << 20
+MAX_STRINGS = 1 << 20
 
 STARTED_SIZE = 5  # 'S' + u32 pid
 ERROR_SIZE = 9  # 'E' + u32 errno + u32 stage

@@ -42,6 +42,8 @@ from .exec_quota import ExecSlots
 from .files import SandboxFiles
 from .kill_all import check_signal, kill_all_processes
 from .output_budget import STREAMED_WEIGHT, OutputBudget, OutputPace
+from .port_dial import LocalDialer, NamespaceDialer, PortDialer
+from .ports import PortConnections
 from .sandboxes import Sandbox, SandboxDirectory, SandboxLocator, SingleSandbox
 from .sessions import SessionTable, check_session_command
 from .settings import ExecutorSettings
@@ -54,7 +56,8 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
-    """ExecutorService: exec, sessions (and files, through the file service)."""
+    """ExecutorService: exec, sessions, files (through the file service), ports (ports.py),
+    background processes and terminals (background_rpc.py)."""
 
     def __init__(self, settings: ExecutorSettings, signer: TokenVerifier) -> None:
         self._authorizer = CallAuthorizer(signer)
@@ -75,6 +78,8 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         self._small_limits = SmallMessageLimits(
             settings.small_messages_per_second, settings.max_small_messages_per_stream
         )
+        dialer: PortDialer = LocalDialer() if self._injected else NamespaceDialer()
+        self.ports = PortConnections(dialer, settings.port_shares)
         self.processes = ProcessTable(
             ProcessLimits(
                 settings.process_shares,
@@ -210,6 +215,7 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
             header.mode,
             header.make_parents,
             self._data_chunks(requests, "WriteFileRequest"),
+            owner=header.owner,
         )
         return pb.WriteFileResponse(size=size)
 
@@ -223,7 +229,9 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         header = first.header
         sandbox = self._sandbox(header.sandbox_id, context)
         files = SandboxFiles(sandbox.rootfs, owner=sandbox.meta.root_uid)
-        count, size = await files.upload(header.path, self._data_chunks(requests, "UploadRequest"))
+        count, size = await files.upload(
+            header.path, self._data_chunks(requests, "UploadRequest"), owner=header.owner
+        )
         return pb.UploadResponse(files=count, bytes=size)
 
     async def Download(
@@ -232,6 +240,48 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         sandbox = self._sandbox(request.sandbox_id, context)
         async for data in SandboxFiles(sandbox.rootfs).download(request.path):
             yield pb.TarChunk(data=data)
+
+    # ----------------------------------------------------------------- ports
+
+    async def ConnectPort(
+        self, request_iterator: AsyncIterator[pb.PortRequest], context: Context
+    ) -> AsyncIterator[pb.PortEvent]:
+        requests = aiter(request_iterator)
+        first = await next_or_idle(requests, self._idle_seconds, "ConnectPort")
+        if first is None or first.WhichOneof("kind") != "open":
+            raise invalid("the first PortRequest must be `open`")
+        sandbox = self._sandbox(first.open.sandbox_id, context)
+        pace = StreamPace(self._small_limits, "ConnectPort", capped=False)
+        owner = call_owner(sandbox.sandbox_id)
+        async for event in self.ports.relay(sandbox, owner, first.open, requests, pace):
+            yield event
+
+    def _files(self, sandbox_id: str, context: Context) -> SandboxFiles:
+        sandbox = self._sandbox(sandbox_id, context)
+        return SandboxFiles(sandbox.rootfs, owner=sandbox.meta.root_uid)
+
+    async def ListDir(self, request: pb.ListDirRequest, context: Context) -> pb.ListDirResponse:
+        files = self._files(request.sandbox_id, context)
+        entries, truncated = await files.list_dir(request.path, request.depth, request.max_entries)
+        return pb.ListDirResponse(entries=entries, truncated=truncated)
+
+    async def Stat(self, request: pb.StatRequest, context: Context) -> pb.FileStat:
+        files = self._files(request.sandbox_id, context)
+        return await files.stat(request.path, follow=not request.no_follow)
+
+    async def Remove(self, request: pb.RemoveRequest, context: Context) -> pb.RemoveResponse:
+        files = self._files(request.sandbox_id, context)
+        return pb.RemoveResponse(removed=await files.remove(request.path, request.recursive))
+
+    async def Rename(self, request: pb.RenameRequest, context: Context) -> pb.RenameResponse:
+        files = self._files(request.sandbox_id, context)
+        await files.rename(request.source, request.destination)
+        return pb.RenameResponse()
+
+    async def MakeDir(self, request: pb.MakeDirRequest, context: Context) -> pb.MakeDirResponse:
+        files = self._files(request.sandbox_id, context)
+        created = await files.make_dir(request.path, request.parents, request.mode, request.owner)
+        return pb.MakeDirResponse(created=created)
 
 
 async def _pump_requests(

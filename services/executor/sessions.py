@@ -24,6 +24,7 @@ import time
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard.common.errors import infrastructure, invalid, not_found, precondition, quota_exceeded
+from orchard.common.exit_codes import returncode
 
 from .commands import PreparedExec, start_failure_result
 from .init_client import InitCommand, InitUnavailable, start_command
@@ -224,7 +225,7 @@ class ShellSession:
         if self.dead_reason is not None:
             stderr += f"\norchard: session ended: {self.dead_reason}\n".encode()
         status = pb.ExecStatus(
-            exit_code=code,
+            exit_code=returncode(code, signal),
             signal=signal,
             timed_out=timed_out,
             truncated=self._stdout.truncated or self._stderr.truncated,

@@ -44,6 +44,13 @@ class ExecutorSettings:
     """Live shell sessions one tenant may hold on this node (``$ORCHARD_SESSIONS_PER_TENANT``)."""
     sessions_node: int = 4096
     """Live shell sessions of the whole node."""
+    port_connections_per_sandbox: int = 64
+    """Forwarded TCP connections (ConnectPort, ports.py) one sandbox may hold open at once
+    (``$ORCHARD_PORT_CONNECTIONS_PER_SANDBOX``): each is a socket and an HTTP/2 stream."""
+    port_connections_per_tenant: int = 512
+    """The same for all of one tenant's sandboxes (``$ORCHARD_PORT_CONNECTIONS_PER_TENANT``)."""
+    port_connections_node: int = 4096
+    """The same for the whole node (``$ORCHARD_PORT_CONNECTIONS_NODE``): below its fd limit."""
     max_receive_message_bytes: int = 64 * MIB
     """Largest request message (a Run's whole stdin, a file chunk)."""
     stream_idle_seconds: float = 300.0
@@ -105,6 +112,14 @@ class ExecutorSettings:
     @property
     def session_shares(self) -> ShareLimits:
         return ShareLimits(self.sessions_per_sandbox, self.sessions_per_tenant, self.sessions_node)
+
+    @property
+    def port_shares(self) -> ShareLimits:
+        return ShareLimits(
+            self.port_connections_per_sandbox,
+            self.port_connections_per_tenant,
+            self.port_connections_node,
+        )
 
     @property
     def layout(self) -> NodeLayout:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
+from orchard.common.internal_pki import InternalPKIError
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
 from orchard.common.tls import tls_from_arguments
 from orchard.common.tls_args import add_tls_arguments, upstream_ca
 
+from .auth import KEY_FILE
 from .server import serve
 from .settings import GatewaySettings
 
@@ -55,6 +58,17 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
         action="store_true",
         help="do not serve ExecutorService (clients must reach the node executors directly)",
     )
+    parser.add_argument(
+        "--tenants-dir",
+        type=Path,
+        default=None,
+        help="read api_keys.json and quotas.json from this folder (e.g. a mounted Secret)",
+    )
+    parser.add_argument(
+        "--health-listen",
+        default=None,
+        help="also serve only grpc.health.v1, in plaintext, here (for probes that cannot do TLS)",
+    )
     add_tls_arguments(
         parser, upstream="the CA of TLS node executors' certificates (none: the system's roots)"
     )
@@ -62,6 +76,9 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
     tls = tls_from_arguments(parser, args)
     if args.create_slots < 1:
         parser.error("--create-slots must be >= 1")
+    if args.tenants_dir is not None and not (args.tenants_dir / KEY_FILE).is_file():
+        # A missing mount must not start a gateway that silently refuses every key.
+        parser.error(f"--tenants-dir {args.tenants_dir}: no {KEY_FILE} there")
     return GatewaySettings(
         home=args.home or orchard_home(),
         scheduler=args.scheduler,
@@ -73,13 +90,18 @@ def parse_args(argv: list[str] | None = None) -> GatewaySettings:
         data_plane_proxy=not args.no_data_plane_proxy,
         tls=tls,
         upstream_ca=upstream_ca(args),
+        tenants_dir=args.tenants_dir,
+        health_listen=args.health_listen,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
     start_service("gateway")
-    asyncio.run(serve(settings, on_ready=announce_address))
+    try:
+        asyncio.run(serve(settings, on_ready=announce_address))
+    except InternalPKIError as err:  # no internal certificate: say which file, no traceback
+        sys.exit(f"orchard.gateway: {err}")
 
 
 if __name__ == "__main__":

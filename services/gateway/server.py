@@ -13,6 +13,8 @@ import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2
 from orchard.common.address_file import remove_address_file, write_address_file
+from orchard.common.health_port import HealthPort, start_health_port
+from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
@@ -57,6 +59,7 @@ class RunningGateway:
     http_address_file: Path | None = None
     internal_dir: Path | None = None
     """The private folder of the socket the REST front reaches the gRPC port by."""
+    health_port: HealthPort | None = None
 
     @property
     def http_address(self) -> str | None:
@@ -69,6 +72,8 @@ class RunningGateway:
             if self.http_address_file is not None:
                 remove_address_file(self.http_address_file, self.rest.address)
         await self.runner.stop(grace)
+        if self.health_port is not None:
+            await self.health_port.stop()
         if self.proxy is not None:
             await self.proxy.close()
         await self.channel.close(None)
@@ -92,10 +97,13 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         dev_key = ensure_dev_key(settings.home)
         if dev_key is not None:
             log.info("dev API key", path=str(dev_key))
-    channel = grpc.aio.insecure_channel(
+    # The scheduler admits only the gateway's internal certificate (mutual TLS).
+    identity = InternalPKI.of_home(settings.home).identity("gateway")
+    channel = identity.aio_channel(
+        "scheduler",
         settings.scheduler,
         options=CHANNEL_OPTIONS,
-        interceptors=[OutgoingContextInterceptor()],  # type: ignore[list-item]
+        interceptors=[OutgoingContextInterceptor()],
     )
     run = NodeLayout(settings.home).run
     runner = ServiceRunner(
@@ -107,10 +115,11 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         address_file=run / "gateway.addr",
         announce_tls=True,
     )
+    tenants_dir = settings.tenants_dir or settings.home
     service = GatewayService(
-        ApiKeyAuth(settings.home / KEY_FILE),
+        ApiKeyAuth(tenants_dir / KEY_FILE),
         channel,
-        QuotaFile(settings.home / QUOTA_FILE),
+        QuotaFile(tenants_dir / QUOTA_FILE),
         create_slots=settings.create_slots,
     )
     pool_service = pools_pb2.DESCRIPTOR.services_by_name["PoolService"]
@@ -148,6 +157,8 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         running.metrics_address = serve_metrics(
             settings.metrics_listen, run / "gateway.metrics.addr"
         )
+    if settings.health_listen is not None:
+        running.health_port = await start_health_port(runner.health, settings.health_listen)
     await runner.serving()
     log.info(
         "gateway serving",

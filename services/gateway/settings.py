@@ -38,3 +38,10 @@ class GatewaySettings:
     """The CA that issued TLS executors' certificates, for the data-plane proxy and the REST
     front (``--tls-upstream-ca``, ``$ORCHARD_TLS_UPSTREAM_CA``); None = the system's roots.
     The gateway presents its own certificate to them (for executors that require mTLS)."""
+    tenants_dir: Path | None = None
+    """Read ``api_keys.json`` and ``quotas.json`` from here instead of ``home``
+    (``--tenants-dir``): a mounted Kubernetes Secret, which the kubelet updates in place,
+    so a key added or rotated there is used without a restart. None = ``home``."""
+    health_listen: str | None = None
+    """A plaintext port serving only ``grpc.health.v1`` (``--health-listen``), for the
+    kubelet's gRPC probe, which cannot speak TLS; None = not served."""

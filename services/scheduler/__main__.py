@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 from pathlib import Path
 
+from orchard.common.internal_pki import InternalPKIError
 from orchard.common.layout import orchard_home
 from orchard.common.process import announce_address, start_service
 
@@ -79,6 +81,12 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
     parser.add_argument(
         "--metrics-listen", default=None, help="serve Prometheus /metrics here (port 0: a free one)"
     )
+    parser.add_argument(
+        "--health-listen",
+        default=None,
+        help="also serve only grpc.health.v1, in plaintext, here (for probes that cannot do "
+        "the scheduler's mutual TLS)",
+    )
     args = parser.parse_args(argv)
     images_env = os.environ.get("ORCHARD_IMAGES_DIR")
     init_env = os.environ.get("ORCHARD_INIT_BINARY")
@@ -95,13 +103,17 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         delete_all_on_shutdown=args.delete_all_on_shutdown,
         delete_waits_for_teardown=args.delete_waits_for_teardown,
         metrics_listen=args.metrics_listen,
+        health_listen=args.health_listen,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
     start_service("scheduler")
-    asyncio.run(serve(settings, on_ready=announce_address))
+    try:
+        asyncio.run(serve(settings, on_ready=announce_address))
+    except InternalPKIError as err:  # no internal certificate: say which file, no traceback
+        sys.exit(f"orchard.scheduler: {err}")
 
 
 if __name__ == "__main__":

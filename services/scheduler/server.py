@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import structlog
 
 from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
+from orchard.common.health_port import HealthPort, start_health_port
+from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
 from orchard.common.metrics import serve_metrics
 from orchard.common.observability import ServerObservability
@@ -27,6 +29,7 @@ from orchard.common.undecodable import UndecodableRequests
 
 from .backends.base import CLOSE, Backend, supports
 from .backends.registry import load_backend
+from .callers import SCHEDULER_CALLERS
 from .disk_full import disk_full_status
 from .lifecycle import SandboxLifecycle
 from .pool_filler import PoolFiller
@@ -53,9 +56,12 @@ class RunningScheduler:
     unregister_metrics: Callable[[], None] = lambda: None
     owns_backend: bool = False
     """The scheduler loaded the backend itself (not handed one), so it closes it on stop."""
+    health_port: HealthPort | None = None
 
     async def stop(self, settings: SchedulerSettings) -> None:
         await self.runner.stop(settings.shutdown_grace_seconds)
+        if self.health_port is not None:
+            await self.health_port.stop()
         self.unregister_metrics()
         await self.pools.stop()
         await self.reaper.stop()
@@ -84,13 +90,17 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     signer = TokenSigner(layout.keyring_file())
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
+    # Internal callers prove who they are (mutual TLS); only the gateway acts for tenants.
+    identity = InternalPKI.of_home(settings.home).identity("scheduler")
     runner = ServiceRunner(
         "scheduler",
         settings.listen,
         options=CONTROL_PLANE_SERVER_OPTIONS,
         interceptors=[UndecodableRequests(), ServerObservability("scheduler")],
+        server_credentials=identity.server_credentials(),
         address_file=layout.run / "scheduler.addr",
         translate=disk_full_status,
+        authorize=SCHEDULER_CALLERS.check,
     )
     pools = PoolFiller(lifecycle, templates, settings.pools)
     runner.add_servicer(
@@ -118,9 +128,12 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     if settings.metrics_listen is not None:
         metrics = serve_metrics(settings.metrics_listen, layout.run / "scheduler.metrics.addr")
         log.info("scheduler metrics", address=metrics)
+    health_port = None
+    if settings.health_listen is not None:
+        health_port = await start_health_port(runner.health, settings.health_listen)
     await runner.serving()
     return RunningScheduler(
-        address, runner, lifecycle, reaper, store, pools, unregister, owns_backend
+        address, runner, lifecycle, reaper, store, pools, unregister, owns_backend, health_port
     )
 
 

@@ -1,5 +1,8 @@
 """The scheduler's SandboxService servicer (internal: only the gateway calls it).
 
+Only the gateway can: the server admits its internal certificate alone (mutual TLS,
+``callers.py``), which is what makes the metadata below trustworthy.
+
 The tenant comes from the ``orchard-tenant`` metadata the gateway sets after
 checking the API key; every read and write is scoped to it, and another
 tenant's sandbox answers NOT_FOUND exactly like an unknown id.

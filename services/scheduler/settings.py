@@ -98,5 +98,9 @@ class SchedulerSettings:
     """How long in-flight calls get to finish on shutdown."""
     metrics_listen: str | None = None
     """Serve Prometheus ``/metrics`` here ("host:port", port 0 = free); None = not served."""
+    health_listen: str | None = None
+    """A plaintext port serving only ``grpc.health.v1`` (``--health-listen``), for the
+    kubelet's gRPC probe: the scheduler's own port speaks only mutual TLS with internal
+    certificates. None = not served."""
     limits: CreateLimits = field(default_factory=CreateLimits)
     pools: PoolSettings = field(default_factory=PoolSettings)

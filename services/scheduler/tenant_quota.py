@@ -15,7 +15,8 @@ into a contextvar for the rest of the call, so:
   sign into the data-plane token, which is how the executor learns it.
 
 A call without ``orchard-quota`` (tests that call the scheduler directly) has
-no limits: the scheduler is internal, only the gateway reaches it.
+no limits: the scheduler is internal, only the gateway's certificate is admitted
+(mutual TLS, ``callers.py``), so no other caller can send one or leave it out.
 """
 
 from __future__ import annotations

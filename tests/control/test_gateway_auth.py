@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
+from orchard.common.internal_pki import InternalPKI
 
 from .conftest import ControlPlane
 from .rpc import code, trailers
@@ -94,6 +95,11 @@ def test_tenants_only_see_their_own_sandboxes(plane: ControlPlane) -> None:
 
 
 def test_scheduler_refuses_calls_without_a_tenant(plane: ControlPlane) -> None:
-    with grpc.insecure_channel(plane.scheduler.address) as ch, pytest.raises(grpc.RpcError) as info:
+    # Even the gateway's own certificate (the one caller the scheduler admits) needs a tenant.
+    gateway = InternalPKI.of_home(plane.home).identity("gateway")
+    with (
+        gateway.channel("scheduler", plane.scheduler.address) as ch,
+        pytest.raises(grpc.RpcError) as info,
+    ):
         sandbox_pb2_grpc.SandboxServiceStub(ch).ListSandboxes(sandbox_pb2.ListSandboxesRequest())
     assert code(info.value) == grpc.StatusCode.UNAUTHENTICATED

@@ -53,7 +53,7 @@ def test_exit_codes_and_signals(sb: Sandbox) -> None:
     assert sb.exec("true").exit_code == 0
     assert sb.exec("exit 7").exit_code == 7
     killed = sb.exec("kill -TERM $$")
-    assert (killed.status.signal, killed.exit_code) == (15, -1)
+    assert (killed.status.signal, killed.exit_code) == (15, -15)
     missing = sb.exec(["no-such-binary"])
     assert missing.exit_code == 127 and b"not found" in missing.stderr
 

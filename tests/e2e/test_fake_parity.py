@@ -22,6 +22,7 @@ import pytest
 from orchard import Orchard, OrchardError, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2
 from orchard.client._core import translate_errors
+from orchard.common.exec_limits import MAX_ARG_STRLEN
 from orchard.testing import FakeOrchard
 from tests.stack import REQUIRES_STACK, running_stack
 
@@ -82,6 +83,60 @@ SANDBOX_SCENARIOS: dict[str, Callable[[Sandbox], Any]] = {
     "a session keeps state": lambda sb: _session_state(sb),
     "a closed session": lambda sb: _closed_session(sb),
     "a session interrupted by its timeout": lambda sb: _session_timeout(sb),
+    "a port nothing listens on": lambda sb: sb.connect_port(9),
+    "a port forward to a non-loopback host": lambda sb: sb.forward_port(80, host="10.0.0.1"),
+    "a raw port stream to a non-loopback host": lambda sb: _raw_port(
+        sb, _port_open(sb, 80, "10.0.0.1")
+    ),
+    "a raw port stream to port 0": lambda sb: _raw_port(sb, _port_open(sb, 0, "")),
+    "a raw port stream without open": lambda sb: _raw_port(sb, executor_pb2.PortRequest(data=b"x")),
+    # File operations (services/executor/files/listing.py, removal.py, directories.py).
+    "list a tree": lambda sb: _list_tree(sb),
+    "list a file": lambda sb: (sb.write_file("/work/lf", "x"), sb.list_dir("/work/lf"))[1],
+    "list above the root": lambda sb: sb.list_dir("/work/../.."),
+    "list too deep": lambda sb: sb.list_dir("/", depth=65),
+    "stat a missing path": lambda sb: sb.stat("/work/missing"),
+    "stat a link itself": lambda sb: _stat_link(sb),
+    "exists": lambda sb: (
+        sb.write_file("/work/e", ""),
+        sb.exists("/work/e"),
+        sb.exists("/work/not-here"),
+    )[1:],
+    "remove a non-empty directory": lambda sb: (
+        sb.write_file("/work/rd/f", "x"),
+        sb.remove("/work/rd"),
+    ),
+    "remove a tree": lambda sb: (
+        sb.write_file("/work/rt/a/b", "x"),
+        sb.write_file("/work/rt/c", "y"),
+        sb.remove("/work/rt", recursive=True),
+        sb.exists("/work/rt"),
+    )[2:],
+    "remove the root": lambda sb: sb.remove("/", recursive=True),
+    "remove a missing path": lambda sb: sb.remove("/work/gone"),
+    "rename": lambda sb: (
+        sb.write_file("/work/rn/a", "a"),
+        sb.rename("/work/rn/a", "/work/rn/b"),
+        sb.read_file("/work/rn/b"),
+        sb.exists("/work/rn/a"),
+    )[2:],
+    "rename into itself": lambda sb: (sb.make_dir("/work/ri"), sb.rename("/work/ri", "/work/ri/x")),
+    "rename a missing path": lambda sb: sb.rename("/work/nothing", "/work/other"),
+    "make_dir without parents": lambda sb: sb.make_dir("/work/np/a/b", parents=False),
+    "make_dir over a file": lambda sb: (sb.write_file("/work/mf", ""), sb.make_dir("/work/mf")),
+    "make_dir twice": lambda sb: (
+        sb.make_dir("/work/md", mode=0o700),
+        sb.make_dir("/work/md"),
+        oct(sb.stat("/work/md").mode),
+        sb.make_dir("/work/md", exist_ok=False),
+    ),
+    "write for an unknown owner": lambda sb: sb.write_file("/work/o", "x", owner="no-such-xyz"),
+    # The kernel's execve limits (orchard.common.exec_limits), not a stricter round number.
+    "sixteen 64 KiB arguments": lambda sb: _exec(
+        sb, ["sh", "-c", 'echo "$#"', "sh"] + ["a" * 65536] * 16
+    ),
+    "an argument past MAX_ARG_STRLEN": lambda sb: sb.exec(["true", "x" * MAX_ARG_STRLEN]),
+    "argv past ARG_MAX": lambda sb: sb.exec(["true"] + ["y" * 65535] * 200),
     "a background process's result": lambda sb: _result(
         sb.start("echo out; echo err >&2; exit 3").wait(timeout=30)
     ),
@@ -94,6 +149,39 @@ SANDBOX_SCENARIOS: dict[str, Callable[[Sandbox], Any]] = {
         sb.terminal(["stty", "size"], rows=7, cols=33).wait(timeout=30)
     ),
 }
+
+
+def _port_open(sb: Sandbox, port: int, host: str) -> executor_pb2.PortRequest:
+    return executor_pb2.PortRequest(
+        open=executor_pb2.PortOpen(sandbox_id=sb.id, port=port, host=host)
+    )
+
+
+def _raw_port(sb: Sandbox, first: executor_pb2.PortRequest) -> Any:
+    """A ConnectPort stream past the SDK's own checks."""
+    stub, access = sb._executor()
+    with translate_errors():
+        return [
+            e.WhichOneof("kind") for e in stub.ConnectPort(iter([first]), metadata=access.metadata)
+        ]
+
+
+def _list_tree(sb: Sandbox) -> Any:
+    sb.write_file("/work/lt/a.txt", "abc", mode=0o640)
+    sb.make_dir("/work/lt/sub/deeper", mode=0o750)
+    sb.exec("ln -s a.txt link", cwd="/work/lt")
+    return [
+        (e.path, e.type, e.size if not e.is_dir else 0, oct(e.mode), e.symlink_target)
+        for e in sb.list_dir("/work/lt", depth=3)
+    ]
+
+
+def _stat_link(sb: Sandbox) -> Any:
+    sb.write_file("/work/sl/target", "12345")
+    sb.exec("ln -s target link", cwd="/work/sl")
+    link = sb.stat("/work/sl/link", follow_symlinks=False)
+    followed = sb.stat("/work/sl/link")
+    return (link.type, link.symlink_target, followed.type, followed.size, followed.path)
 
 
 def _result(r: Any) -> Outcome:

@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from orchard import AuthenticationError, InvalidRequestError, Rewards
 from orchard._proto.orchard.v1 import rewards_pb2, rewards_pb2_grpc
+from orchard.common.internal_pki import InternalPKI
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 pytestmark = REQUIRES_STACK
@@ -45,10 +46,18 @@ def address(stack: Stack, addr_file: str) -> str:
     return (stack.home / "run" / addr_file).read_text().strip()
 
 
+def _channel(stack: Stack, addr_file: str) -> grpc.Channel:
+    """Plaintext, except to the scheduler: it admits only internal certificates (mTLS)."""
+    if addr_file == "scheduler.addr":
+        gateway = InternalPKI.of_home(stack.home).identity("gateway", issue_missing=False)
+        return gateway.channel("scheduler", address(stack, addr_file))
+    return grpc.insecure_channel(address(stack, addr_file))
+
+
 def test_every_service_answers_the_health_check_serving(stack: Stack) -> None:
     assert address(stack, "gateway.addr") == stack.endpoint
     for addr_file, services in SERVICES.items():
-        with grpc.insecure_channel(address(stack, addr_file)) as channel:
+        with _channel(stack, addr_file) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             for service in ("", *services):
                 answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)

@@ -19,7 +19,7 @@ def test_true_and_exit_codes(client: Client) -> None:
 @pytest.mark.parametrize("signum", [15, 9])
 def test_killed_by_signal(client: Client, signum: int) -> None:
     r = client.run(SANDBOX_ID, shell=f"kill -{signum} $$; sleep 5")
-    assert (r.status.exit_code, r.status.signal, r.status.timed_out) == (-1, signum, False)
+    assert (r.status.exit_code, r.status.signal, r.status.timed_out) == (-signum, signum, False)
 
 
 def test_binary_and_invalid_utf8_are_byte_exact(client: Client) -> None:

@@ -33,7 +33,7 @@ def test_timeout_kills_the_whole_tree_even_setsid_double_forks(client: Client) -
     pids = _pids(r.stdout)
     try:
         assert len(pids) == 3
-        assert r.status.timed_out and r.status.signal == 9 and r.status.exit_code == -1
+        assert r.status.timed_out and r.status.signal == 9 and r.status.exit_code == -9
         assert time.monotonic() - started < 5
         assert wait_gone(pids) == []
     finally:
@@ -118,7 +118,7 @@ def test_exec_signal_and_client_cancel_kill(client: Client) -> None:
     gate.put(pb.ExecRequest(signal=15))
     _, _, status = _collect(events)
     gate.put(None)
-    assert status.signal == 15 and status.exit_code == -1
+    assert status.signal == 15 and status.exit_code == -15
 
     # A client that goes away takes the whole tree with it.
     gate2: queue.Queue[pb.ExecRequest | None] = queue.Queue()

@@ -261,3 +261,35 @@ def test_unknown_proxy_kind_in_the_environment_is_refused(tmp_path: Path) -> Non
     assert result.returncode != 0
     assert "'envoy'" in result.stderr and "ORCHARD_DATA_PLANE_PROXY" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_port_forward_through_nginx(proxied: Sandbox) -> None:
+    """ConnectPort's bidirectional streams pass nginx's grpc_pass like exec's."""
+    import concurrent.futures
+    import time
+    import urllib.request
+
+    from orchard import PortNotListeningError
+
+    proxied.write_file("/srv/n.txt", "through nginx\n")
+    proxied.exec(
+        "setsid sh -c 'python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv'"
+        " >/dev/null 2>&1 </dev/null &"
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            proxied.connect_port(8000).close()
+            break
+        except PortNotListeningError:
+            assert time.monotonic() < deadline, "the server never listened"
+            time.sleep(0.1)
+    with proxied.forward_port(8000) as fwd, concurrent.futures.ThreadPoolExecutor(8) as pool:
+
+        def fetch(_: int) -> bytes:
+            with urllib.request.urlopen(f"{fwd.url}/n.txt", timeout=30) as r:
+                return bytes(r.read())
+
+        assert list(pool.map(fetch, range(24))) == [b"through nginx\n"] * 24
+    with pytest.raises(PortNotListeningError):
+        proxied.connect_port(9)

@@ -113,3 +113,56 @@ def test_rest_quota_answers_429_with_retry_after(gw: GatewayStack) -> None:
     finally:
         for sid in made:
             curl(gw, "/v1/SandboxService/DeleteSandbox", {"id": sid}, key)
+
+
+def test_rest_file_operations_and_signal_exit_codes(gw: GatewayStack) -> None:
+    """The file RPCs and a signalled command over REST, as docs/rest.md shows them."""
+    key = gw.new_tenant("rest-files")
+    status, _, text = curl(gw, "/v1/SandboxService/CreateSandbox", {}, key)
+    assert status == 200, text
+    sid = json.loads(text)["id"]
+    try:
+        status, _, text = curl(
+            gw,
+            "/v1/ExecutorService/Run",
+            {"start": {"sandbox_id": sid, "shell": "kill -TERM $$"}},
+            key,
+        )
+        assert status == 200 and json.loads(text)["status"] == {
+            "exit_code": -15, "signal": 15, "duration_seconds": json.loads(text)["status"]["duration_seconds"]
+        }  # fmt: skip
+        status, _, text = curl(
+            gw,
+            "/v1/ExecutorService/MakeDir",
+            {"sandbox_id": sid, "path": "/work/r/s", "parents": True},
+            key,
+        )
+        assert (status, json.loads(text)) == (200, {"created": True}), text
+        status, _, text = curl(
+            gw, "/v1/ExecutorService/ListDir", {"sandbox_id": sid, "path": "/work", "depth": 2}, key
+        )
+        entries = json.loads(text)["entries"]
+        assert [(e["path"], e["type"]) for e in entries] == [
+            ("/work/r", "FILE_TYPE_DIRECTORY"), ("/work/r/s", "FILE_TYPE_DIRECTORY"),
+        ]  # fmt: skip
+        status, _, text = curl(
+            gw,
+            "/v1/ExecutorService/Rename",
+            {"sandbox_id": sid, "source": "/work/r/s", "destination": "/work/t"},
+            key,
+        )
+        assert status == 200, text
+        status, _, text = curl(
+            gw, "/v1/ExecutorService/Stat", {"sandbox_id": sid, "path": "/work/r/s"}, key
+        )
+        error = json.loads(text)["error"]
+        assert (status, error["reason"]) == (404, "PATH_NOT_FOUND")
+        status, _, text = curl(
+            gw,
+            "/v1/ExecutorService/Remove",
+            {"sandbox_id": sid, "path": "/work", "recursive": True},
+            key,
+        )
+        assert (status, json.loads(text)) == (200, {"removed": "3"}), text
+    finally:
+        curl(gw, "/v1/SandboxService/DeleteSandbox", {"id": sid}, key)

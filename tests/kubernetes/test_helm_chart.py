@@ -3,6 +3,7 @@ object validated against the official Kubernetes OpenAPI schemas."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tomllib
 from pathlib import Path
@@ -47,8 +48,23 @@ OVERRIDES: dict[str, Any] = {
 }
 
 
+TENANTS: dict[str, Any] = {
+    "tenants": [{"name": "research", "apiKeySha256": hashlib.sha256(b"ork_test").hexdigest()}]
+}
+"""The chart refuses to render with no tenant key (tests/kubernetes/test_chart_security.py)."""
+
+
+def with_tenants(values: dict[str, Any] | None) -> dict[str, Any]:
+    values = dict(values or {})
+    if "tenants" not in values and "tenantsExistingSecret" not in values:
+        values.update(TENANTS)
+    return values
+
+
 def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    out = Chart.load(CHART).render(values=values, name="orchard", namespace=RELEASE_NS)
+    out = Chart.load(CHART).render(
+        values=with_tenants(values), name="orchard", namespace=RELEASE_NS
+    )
     docs: list[dict[str, Any]] = []
     for text in out.values():
         docs += [d for d in yaml.safe_load_all(text) if d]
@@ -62,7 +78,7 @@ def rendered(request: pytest.FixtureRequest) -> tuple[dict[str, Any], list[dict[
 
 
 def test_helm_lint_has_no_errors() -> None:
-    assert lint(str(CHART))["errors"] == []
+    assert lint(str(CHART), TENANTS)["errors"] == []
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -129,7 +145,9 @@ def test_sandbox_network_policies_equal_the_backends(
     want = m.sandbox_network_policies(
         settings, client_cidrs=tuple(sbx.get("executorClientCIDRs", ()))
     )
-    got = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    got = [
+        d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] != RELEASE_NS
+    ]
     assert sorted(got, key=lambda d: d["metadata"]["name"]) == sorted(
         want, key=lambda d: d["metadata"]["name"]
     )
@@ -137,22 +155,24 @@ def test_sandbox_network_policies_equal_the_backends(
 
 def test_one_token_key_in_both_namespaces() -> None:
     docs = render()
-    secrets = [d for d in docs if d["kind"] == "Secret"]
+    secrets = [
+        d
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"]["name"] == "orchard-executor-token"
+    ]
     assert {s["metadata"]["namespace"] for s in secrets} == {RELEASE_NS, "orchard-sandboxes"}
     assert len({s["data"]["token.key"] for s in secrets}) == 1
 
 
-def test_pools_and_tenants_config_parses(
+def test_pools_config_parses(
     rendered: tuple[dict[str, Any], list[dict[str, Any]]],
 ) -> None:
     values, docs = rendered
     cm = next(d for d in docs if d["kind"] == "ConfigMap")
     templates = tomllib.loads(cm["data"]["templates.toml"])["templates"]
-    tenants = tomllib.loads(cm["data"]["tenants.toml"])["tenants"]
     pods = json.loads(cm["data"]["pods.json"])
     pools = values.get("pools") or [{"name": "py-small"}]
     assert set(templates) == set(pods) == {p["name"] for p in pools}
-    assert "research" in tenants and len(tenants["research"]["api_key_sha256"]) == 64
     if values:
         assert templates["swe-spot"]["memory_bytes"] == 8589934592
         assert pods["swe-spot"]["tolerations"][0]["key"] == "orchard.dev/spot"
@@ -283,29 +303,27 @@ def test_the_tls_variants_match_the_schema(version: str) -> None:
 def test_probes_ask_the_grpc_health_service(
     rendered: tuple[dict[str, Any], list[dict[str, Any]]],
 ) -> None:
-    """The gateway and scheduler are probed with Kubernetes' native gRPC probe on their gRPC
-    port (the grpc.health.v1 service every Orchard service serves), for readiness and
-    liveness; a sandbox pod's executor for readiness only (a liveness kill would end it)."""
+    """The gateway and scheduler are probed with Kubernetes' native gRPC probe (the
+    grpc.health.v1 service every Orchard service serves), for readiness and liveness, on a
+    port the process serves in plaintext (the kubelet's probe cannot speak TLS): their
+    health-only ports (``--health-listen``; the gateway's TLS or not, the scheduler's gRPC
+    port speaks only mutual TLS with internal certificates);
+    a sandbox pod's executor for readiness only (a liveness kill would end it)."""
     values, docs = rendered
     plain_gateway = render(
         {**values, "gateway": {**values.get("gateway", {}), "tls": {"enabled": False}}}
     )
-    for name, component, chart in (
-        ("orchard-gateway", "gateway", plain_gateway),
-        ("orchard-scheduler", "scheduler", docs),
-    ):
-        container = _deployment(chart, name)["spec"]["template"]["spec"]["containers"][0]
-        port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
-        assert port == values.get(component, {}).get("grpcPort", port)
-        assert container["readinessProbe"]["grpc"] == {"port": port}
-        assert container["livenessProbe"]["grpc"] == {"port": port}
-    # With TLS on (the default) the kubelet cannot speak to the gateway's port: it connects.
-    tls_gateway = _deployment(docs, "orchard-gateway")["spec"]["template"]["spec"]["containers"][0]
-    if values.get("gateway", {}).get("tls", {}).get("enabled", True):
-        assert (
-            "tcpSocket" in tls_gateway["readinessProbe"]
-            and "grpc" not in tls_gateway["livenessProbe"]
-        )
+    for chart in (docs, plain_gateway):
+        for name, flag, port_name in (
+            ("orchard-gateway", "--health-listen=", "health"),
+            ("orchard-scheduler", "--health-listen=", "health"),
+        ):
+            container = _deployment(chart, name)["spec"]["template"]["spec"]["containers"][0]
+            port = next(p["containerPort"] for p in container["ports"] if p["name"] == port_name)
+            (listen,) = [a for a in container["args"] if a.startswith(flag)]
+            assert listen.endswith(f":{port}")
+            assert container["readinessProbe"]["grpc"] == {"port": port}
+            assert container["livenessProbe"]["grpc"] == {"port": port}
     settings = KubernetesSettings(executor_port=7171)
     spec = SandboxSpec(sandbox_id="sb-probe1", tenant="dev")
     pod = m.sandbox_pod(spec, settings, PodTemplate(), deadline_seconds=60)

@@ -315,6 +315,8 @@ def test_allowlist_policy_follows_the_pod_through_updates_and_delete(
     entry = proxy_table(fake_api)[f"{made.id}.json"]
     assert entry["address"] == pod["status"]["podIP"]
     assert entry["policy"]["domains"] == ["pypi.org"]
+    # The proxy's per-tenant caps count the pod under its tenant.
+    assert entry["tenant"] and entry["tenant"] == pod["metadata"]["annotations"][m.A_TENANT]
 
     # allowlist -> internet: no per-sandbox rules, the class label moves, the proxy entry follows.
     plane.stub.UpdateNetworkPolicy(

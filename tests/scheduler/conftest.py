@@ -26,6 +26,7 @@ from orchard.scheduler.server import start as start_scheduler
 from orchard.scheduler.settings import PoolSettings, SchedulerSettings
 
 from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
+from orchard.common.internal_pki import InternalPKI
 from tests.control.fake_backend import FakeBackend
 
 T = TypeVar("T")
@@ -87,7 +88,8 @@ def start_control_plane(
     loop = LoopThread()
     settings = make_settings(home)
     scheduler = loop.run(start_scheduler(settings, backend=backend))
-    channel = grpc.insecure_channel(scheduler.address)
+    # The scheduler admits only the gateway (mutual TLS); the tests call it as the gateway.
+    channel = InternalPKI.of_home(home).identity("gateway").channel("scheduler", scheduler.address)
     return ControlPlane(home, loop, backend, settings, scheduler, channel)
 
 

@@ -96,6 +96,14 @@ def start_local_scheduler(home: Path, port: int, executor: Service) -> Service:
     )  # fmt: skip
 
 
+def as_gateway(home: Path, scheduler_address: str) -> grpc.Channel:
+    """A channel to the scheduler of ``home`` as the gateway (the one caller it admits:
+    mutual TLS with the gateway's internal certificate)."""
+    from orchard.common.internal_pki import InternalPKI
+
+    return InternalPKI.of_home(home).identity("gateway").channel("scheduler", scheduler_address)
+
+
 def run_in(
     executor_address: str,
     sb: sandbox_pb2.Sandbox | sandbox_pb2.ExecutorAccess,

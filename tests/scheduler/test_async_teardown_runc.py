@@ -18,7 +18,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from orchard.scheduler.store import LIVE_STATES, SandboxStore, State
 
@@ -27,7 +26,7 @@ from tests.cgroup_paths import sandbox_cgroup_dirs
 from tests.runtime.runtime_helpers import force_cleanup_home, mounts_under
 from tests.stack import REQUIRES_STACK
 
-from .node_processes import free_port, run_in, start_local_scheduler, start_service
+from .node_processes import as_gateway, free_port, run_in, start_local_scheduler, start_service
 from .waiting import wait_for
 
 pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(180)]
@@ -85,7 +84,7 @@ def test_delete_answers_before_teardown_and_teardown_completes(home: Path) -> No
     executor = start_service("executor", "orchard.executor", ["--listen", "127.0.0.1:0"], home)
     scheduler = start_local_scheduler(home, free_port(), executor)
     try:
-        with grpc.insecure_channel(scheduler.address) as channel:
+        with as_gateway(home, scheduler.address) as channel:
             stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
             boxes = _create_many(stub, COUNT)
             ids = [sb.id for sb in boxes]
@@ -122,7 +121,7 @@ def test_kill_9_mid_teardown_then_restart_finishes_it(home: Path) -> None:
     port = free_port()
     scheduler = start_local_scheduler(home, port, executor)
     try:
-        with grpc.insecure_channel(scheduler.address) as channel:
+        with as_gateway(home, scheduler.address) as channel:
             stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
             ids = [sb.id for sb in _create_many(stub, COUNT)]
             _delete_all_at_once(stub, ids)

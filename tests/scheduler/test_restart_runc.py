@@ -33,7 +33,7 @@ from tests.cgroup_paths import sandbox_cgroup_dirs
 from tests.runtime.runtime_helpers import force_cleanup_home, mounts_under
 from tests.stack import REQUIRES_STACK
 
-from .node_processes import free_port, run_in, start_local_scheduler, start_service
+from .node_processes import as_gateway, free_port, run_in, start_local_scheduler, start_service
 from .waiting import wait_for
 
 pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(240)]
@@ -68,8 +68,8 @@ def _pool(channel: grpc.Channel) -> pools_pb2.PoolStatus:
 class Load:
     """Client threads: create (plain, with a request id) or claim, exec, delete every other one."""
 
-    def __init__(self, address: str, executor: str) -> None:
-        self.address, self.executor = address, executor
+    def __init__(self, home: Path, address: str, executor: str) -> None:
+        self.home, self.address, self.executor = home, address, executor
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.answered: dict[str, str] = {}  # request_id -> sandbox id the client was told
@@ -78,7 +78,7 @@ class Load:
         self.execs = 0
 
     def worker(self, n: int) -> None:
-        with grpc.insecure_channel(self.address) as channel:
+        with as_gateway(self.home, self.address) as channel:
             stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
             i = 0
             while not self.stop.is_set():
@@ -116,9 +116,9 @@ def test_kill_9_of_the_scheduler_mid_load_loses_and_leaks_nothing(home: Path) ->
     scheduler = start_local_scheduler(home, port, executor)
     seen: set[str] = set()
     try:
-        channel = grpc.insecure_channel(scheduler.address)
+        channel = as_gateway(home, scheduler.address)
         wait_for(lambda: _pool(channel).ready == 4, timeout=60, what="the warm pool")
-        load = Load(scheduler.address, executor.address)
+        load = Load(home, scheduler.address, executor.address)
         threads = [threading.Thread(target=load.worker, args=(n,)) for n in range(4)]
         for t in threads:
             t.start()
@@ -156,7 +156,7 @@ def test_kill_9_of_the_scheduler_mid_load_loses_and_leaks_nothing(home: Path) ->
         assert {sid for sid, r in before.items() if r.in_pool} == warm
         usable = {sid for sid, r in before.items() if not r.in_pool and sid not in failed}
 
-        channel = grpc.insecure_channel(scheduler.address)
+        channel = as_gateway(home, scheduler.address)
         stub = sandbox_pb2_grpc.SandboxServiceStub(channel)
         # Each answer a client got is still true: a retry returns the same sandbox.
         for request_id, sandbox_id in load.answered.items():

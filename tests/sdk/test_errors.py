@@ -8,6 +8,7 @@ on a free port; its servicers are STAND-INS that answer with scripted errors
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -30,7 +31,9 @@ C = grpc.StatusCode
         (C.NOT_FOUND, "IMAGE_NOT_FOUND", "client", orchard.ImageNotFoundError),
         (C.NOT_FOUND, "PATH_NOT_FOUND", "client", orchard.PathNotFoundError),
         (C.PERMISSION_DENIED, "PATH_ESCAPE", "client", orchard.PathEscapeError),
-        (C.FAILED_PRECONDITION, "IS_A_DIRECTORY", "client", orchard.PathError),
+        (C.FAILED_PRECONDITION, "IS_A_DIRECTORY", "client", orchard.PathIsADirectoryError),
+        (C.FAILED_PRECONDITION, "NOT_A_DIRECTORY", "client", orchard.PathNotADirectoryError),
+        (C.FAILED_PRECONDITION, "FILE_EXISTS", "client", orchard.PathExistsError),
         (C.FAILED_PRECONDITION, "SANDBOX_NOT_READY", "client", orchard.SandboxNotReadyError),
         (C.FAILED_PRECONDITION, "SESSION_BUSY", "client", orchard.SessionError),
         (C.INVALID_ARGUMENT, "INVALID_FIELD", "client", orchard.InvalidRequestError),
@@ -57,6 +60,29 @@ def test_mapping(
     assert err.is_infrastructure == (
         fault == "infrastructure" or (not fault and code in (C.UNAVAILABLE, C.INTERNAL))
     )
+
+
+@pytest.mark.parametrize(
+    ("reason", "code", "builtin", "errno_code"),
+    [
+        ("PATH_NOT_FOUND", C.NOT_FOUND, FileNotFoundError, errno.ENOENT),
+        ("FILE_EXISTS", C.FAILED_PRECONDITION, FileExistsError, errno.EEXIST),
+        ("IS_A_DIRECTORY", C.FAILED_PRECONDITION, IsADirectoryError, errno.EISDIR),
+        ("NOT_A_DIRECTORY", C.FAILED_PRECONDITION, NotADirectoryError, errno.ENOTDIR),
+        ("", C.PERMISSION_DENIED, PermissionError, errno.EACCES),
+    ],
+)
+def test_file_errors_are_also_builtins(
+    reason: str, code: grpc.StatusCode, builtin: type[OSError], errno_code: int
+) -> None:
+    """``except FileNotFoundError`` (etc.) catches the SDK's error, which stays an OrchardError."""
+    trailers = [("orchard-reason", reason)] if reason else []
+    err = error_from_status(code, "/tmp/x: the message", trailers)
+    assert isinstance(err, builtin) and isinstance(err, orchard.OrchardError)
+    assert err.errno == errno_code
+    assert str(err) == "/tmp/x: the message"
+    assert (err.code, err.reason) == (code.name, reason)
+    assert issubclass(orchard.DeadlineExceededError, TimeoutError)
 
 
 def test_quota_carries_retry_after() -> None:

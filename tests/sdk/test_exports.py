@@ -18,6 +18,10 @@ EXPECTED = {
     "AsyncImages", "AsyncRewards", "Transport", "AsyncTransport", "GrpcTransport",
     "AsyncGrpcTransport", "Interceptor", "AsyncInterceptor", "close_default_clients", "TenantInfo",
     "TLS",  # TLS for the client's channels (client/_tls.py)
+    # Ports: the forward handles and the refused-connection error (client/_ports.py).
+    "PortForward", "AsyncPortForward", "PortNotListeningError",
+    # File operations (client/_files.py) and the errors that are also Python built-ins.
+    "FileEntry", "PathExistsError", "PathIsADirectoryError", "PathNotADirectoryError",
     # Background processes and terminals (client/_processes.py).
     "Process", "AsyncProcess", "ProcessInfo", "ProcessEvent", "OutputDropped", "ProcessError",
 }  # fmt: skip
@@ -38,3 +42,9 @@ def test_every_error_derives_from_the_root() -> None:
     assert issubclass(orchard.DeadlineExceededError, TimeoutError)
     assert issubclass(orchard.SandboxNotFoundError, orchard.SandboxError)
     assert issubclass(orchard.PathEscapeError, orchard.PathError)
+    assert issubclass(orchard.PortNotListeningError, ConnectionRefusedError)
+    assert issubclass(orchard.PathNotFoundError, FileNotFoundError)
+    assert issubclass(orchard.PathExistsError, FileExistsError)
+    assert issubclass(orchard.PathIsADirectoryError, IsADirectoryError)
+    assert issubclass(orchard.PathNotADirectoryError, NotADirectoryError)
+    assert issubclass(orchard.PermissionDeniedError, PermissionError)

@@ -25,6 +25,7 @@ PAIRS = [
     (orchard.Session, orchard.AsyncSession),
     (orchard.Process, orchard.AsyncProcess),
     (orchard.GrpcTransport, orchard.AsyncGrpcTransport),
+    (orchard.PortForward, orchard.AsyncPortForward),
 ]
 # The context-manager protocols are each face's own spelling of one thing.
 SPELLINGS = {"__aenter__": "__enter__", "__aexit__": "__exit__"}

@@ -46,7 +46,7 @@ def test_exit_codes_signals_and_start_failures(client: Orchard) -> None:
     with client.sandboxes.create() as sb:
         assert sb.exec("exit 7").exit_code == 7
         killed = sb.exec("kill -TERM $$")
-        assert (killed.exit_code, killed.status.signal) == (-1, 15)
+        assert (killed.exit_code, killed.status.signal) == (-15, 15)
         missing = sb.exec(["no-such-binary-here"])
         assert missing.exit_code == 127 and b"command not found" in missing.stderr
         nodir = sb.exec("true", cwd="/does/not/exist")
@@ -256,5 +256,5 @@ def test_interactive_stdin_and_signals_over_the_raw_stream(
         assert next(call).stdout == b"got two\n"
         outbox.put(executor_pb2.ExecRequest(signal=15))
         last = next(call)
-        assert (last.exit.exit_code, last.exit.signal) == (-1, 15)
+        assert (last.exit.exit_code, last.exit.signal) == (-15, 15)
         outbox.put(None)

@@ -203,3 +203,27 @@ def test_image_files_seed_each_new_sandbox(tmp_path: Path) -> None:
     ):
         assert sb.read_file("/etc/os-release") == b"ID=fake\n"
         assert sb.last_info.image == "tools"
+
+
+def test_file_operations_on_the_fake(client: Orchard, tmp_path: Path) -> None:
+    """list/stat/exists/remove/rename/make_dir answer as the real executor does (the
+    same answers are pinned against a real stack in tests/e2e/test_fake_parity.py)."""
+    with client.sandboxes.create() as sb:
+        assert sb.make_dir("/w/sub", mode=0o700) and not sb.make_dir("/w/sub")
+        sb.write_file("/w/f", "abc")
+        entries = sb.list_dir("/w", depth=2)
+        assert [(e.path, e.type, e.size if e.is_file else 0) for e in entries] == [
+            ("/w/f", "file", 3),
+            ("/w/sub", "dir", 0),
+        ]
+        assert sb.stat("/w/sub").mode == 0o700 and sb.exists("/w/f")
+        sb.rename("/w/f", "/w/sub/g")
+        with pytest.raises(FileNotFoundError):
+            sb.stat("/w/f")
+        with pytest.raises(IsADirectoryError):
+            sb.remove("/w")
+        assert sb.remove("/w", recursive=True) == 3
+        with pytest.raises(PathEscapeError):
+            sb.list_dir("/../..")
+        with pytest.raises(FileExistsError):
+            sb.make_dir("/", exist_ok=False)

@@ -28,3 +28,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ randAlphaNum 48 | b64enc }}
 {{- end -}}
 {{- end }}
+
+{{- define "orchard.tokenSecretName" -}}
+{{ .Values.tokenKey.existingSecret | default "orchard-executor-token" }}
+{{- end }}
+
+{{- define "orchard.tenantsSecretName" -}}
+{{ .Values.tenantsExistingSecret | default "orchard-tenants" }}
+{{- end }}

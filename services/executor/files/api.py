@@ -9,15 +9,20 @@ before their first item when the request itself is refused.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from orchard._proto.orchard.v1 import executor_pb2
 
-from . import tarstream, transfer
+from . import directories, listing, removal, tarstream, transfer
 from .bridge import transfer_workers
+from .owners import HostOwner, resolve_owner
+from .paths import parse_sandbox_path
 from .users import lookup_user
+
+T = TypeVar("T")
 
 
 class SandboxFiles:
@@ -41,18 +46,112 @@ class SandboxFiles:
             yield chunk
 
     async def write_file(
-        self, path: str, mode: int, make_parents: bool, data: AsyncIterator[bytes]
+        self,
+        path: str,
+        mode: int,
+        make_parents: bool,
+        data: AsyncIterator[bytes],
+        owner: str = "",
     ) -> int:
-        """Write ``data`` atomically to ``path`` (mode 0 = 0644); return the size."""
+        """Write ``data`` atomically to ``path`` (mode 0 = 0644); return the size.
+
+        ``owner``: a user named as in exec ("agent", "1000:1000"); "" = default.
+        """
+        named = await self._owner(owner)
         return await transfer.write_file(
-            self.root, path, mode, make_parents, data, same_mount=self.same_mount, owner=self.owner
+            self.root,
+            path,
+            mode,
+            make_parents,
+            data,
+            same_mount=self.same_mount,
+            owner=self.owner,
+            named=named,
         )
 
-    async def upload(self, dest: str, data: AsyncIterator[bytes]) -> tuple[int, int]:
+    async def upload(
+        self, dest: str, data: AsyncIterator[bytes], owner: str = ""
+    ) -> tuple[int, int]:
         """Unpack a tar stream (plain, gzip, bzip2 or xz) into ``dest``; (files, bytes)."""
+        named = await self._owner(owner)
+        uid, gid = (named.uid, named.gid) if named else (self.owner, None)
         return await tarstream.upload(
-            self.root, dest, data, same_mount=self.same_mount, owner=self.owner
+            self.root, dest, data, same_mount=self.same_mount, owner=uid, group=gid
         )
+
+    async def stat(self, path: str, follow: bool = True) -> executor_pb2.FileStat:
+        """One entry's metadata (in-root; ``follow=False`` = lstat of the last component)."""
+        target = parse_sandbox_path(path)
+        return await self._blocking(
+            partial(
+                listing.stat_entry,
+                self.root,
+                target,
+                follow=follow,
+                same_mount=self.same_mount,
+                base=self.owner,
+            )
+        )
+
+    async def list_dir(
+        self, path: str, depth: int, max_entries: int
+    ) -> tuple[list[executor_pb2.FileStat], bool]:
+        """The entries below ``path``, ``depth`` levels down, at most ``max_entries``."""
+        target = parse_sandbox_path(path)
+        levels, limit = listing.check_listing(depth, max_entries)
+        return await self._blocking(
+            partial(
+                listing.list_dir,
+                self.root,
+                target,
+                levels,
+                limit,
+                same_mount=self.same_mount,
+                base=self.owner,
+            )
+        )
+
+    async def remove(self, path: str, recursive: bool) -> int:
+        """Remove a file, symlink or empty directory (a tree with ``recursive``)."""
+        target = parse_sandbox_path(path)
+        return await self._blocking(
+            partial(removal.remove, self.root, target, recursive, same_mount=self.same_mount)
+        )
+
+    async def rename(self, source: str, destination: str) -> None:
+        """``mv source destination`` inside the sandbox."""
+        src = parse_sandbox_path(source, "source")
+        dst = parse_sandbox_path(destination, "destination")
+        await self._blocking(
+            partial(directories.rename, self.root, src, dst, same_mount=self.same_mount)
+        )
+
+    async def make_dir(self, path: str, parents: bool, mode: int, owner: str = "") -> bool:
+        """mkdir (``parents``: mkdir -p); False if the directory already existed."""
+        target = parse_sandbox_path(path)
+        dir_mode = directories.check_dir_mode(mode)
+        named = await self._owner(owner)
+        return await self._blocking(
+            partial(
+                directories.make_dir,
+                self.root,
+                target,
+                parents,
+                dir_mode,
+                owner=self.owner,
+                named=named,
+                same_mount=self.same_mount,
+            )
+        )
+
+    async def _owner(self, spec: str) -> HostOwner | None:
+        if not spec.strip():
+            return None
+        return await self._blocking(partial(resolve_owner, self.root, spec, self.owner))
+
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        """Run a short blocking file call on the node's fair-share transfer workers."""
+        return await (await transfer_workers().run(fn))
 
     async def download(self, path: str) -> AsyncIterator[bytes]:
         """A tar stream of the file or tree at ``path``, in ~1 MiB chunks."""

@@ -69,11 +69,15 @@ class ConfinedRoot:
     caching fds across requests.
     """
 
-    def __init__(self, root_fd: int, *, same_mount: bool = True, owner: int = 0) -> None:
+    def __init__(
+        self, root_fd: int, *, same_mount: bool = True, owner: int = 0, group: int | None = None
+    ) -> None:
         self.fd = root_fd
         # Host uid/gid of the sandbox's root (its user namespace's range, or 0): what
         # the executor (host root) creates is chowned to it, so it is root's inside.
+        # A call that names an owner (``owners.resolve_owner``) sets both explicitly.
         self.owner = owner
+        self.group = owner if group is None else group
         self.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS
         # Below a fixed directory fd (upload destinations, download walks).
         self.resolve_beneath = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
@@ -82,7 +86,9 @@ class ConfinedRoot:
             self.resolve_beneath |= RESOLVE_NO_XDEV
 
     @classmethod
-    def open(cls, root: Path, *, same_mount: bool = True, owner: int = 0) -> ConfinedRoot:
+    def open(
+        cls, root: Path, *, same_mount: bool = True, owner: int = 0, group: int | None = None
+    ) -> ConfinedRoot:
         """Open the host directory ``root`` (a trusted host path from the node layout)."""
         try:
             fd = os.open(root, O_PATH_DIR)
@@ -91,16 +97,16 @@ class ConfinedRoot:
                 f"the sandbox's root filesystem is not available ({err.strerror})",
                 "SANDBOX_NOT_READY",
             ) from err
-        return cls(fd, same_mount=same_mount, owner=owner)
+        return cls(fd, same_mount=same_mount, owner=owner, group=group)
 
     def own(self, name: str, dir_fd: int) -> None:
-        """Give the entry just created at ``name`` (not followed) to the sandbox's root."""
-        if self.owner:
-            os.chown(name, self.owner, self.owner, dir_fd=dir_fd, follow_symlinks=False)
+        """Give the entry just created at ``name`` (not followed) to its owner."""
+        if self.owner or self.group:
+            os.chown(name, self.owner, self.group, dir_fd=dir_fd, follow_symlinks=False)
 
     def own_fd(self, fd: int) -> None:
-        if self.owner:
-            os.fchown(fd, self.owner, self.owner)
+        if self.owner or self.group:
+            os.fchown(fd, self.owner, self.group)
 
     def close(self) -> None:
         if self.fd >= 0:

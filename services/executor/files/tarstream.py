@@ -24,8 +24,8 @@ member is placed relative to an fd of that destination:
   stream that ends early is an error; PAX/GNU long-name headers are capped;
   the stream may be gzip, bzip2 or xz (decompressed with bounded output).
 
-Files and symlinks are owned by the executor (root); member uid/gid are not
-applied. Modes (``& 0o7777``) and mtimes are. Directory mtimes are applied at
+Files and symlinks belong to the sandbox's root, or to the upload's named
+owner (``UploadHeader.owner``); member uid/gid are not applied. Modes (``& 0o7777``) and mtimes are. Directory mtimes are applied at
 the end (children change them), for up to ``MAX_DIR_TIMES`` directories. An
 Upload is not a transaction: on error, members already unpacked stay, but a
 file whose data was being copied is removed.
@@ -210,7 +210,7 @@ class _Unpacker:
         for _ in range(3):
             try:
                 fd = os.open(name, _CREATE, mode, dir_fd=parent)
-                if self.confined.owner:
+                if self.confined.owner or self.confined.group:
                     self.confined.own_fd(fd)
                     os.fchmod(fd, mode)  # fchown cleared any setuid bits
                 return fd
@@ -336,9 +336,14 @@ class _Unpacker:
 
 
 def _unpack(
-    root: Path, dest: SandboxPath, same_mount: bool, owner: int, source: ChunkSource
+    root: Path,
+    dest: SandboxPath,
+    same_mount: bool,
+    owner: int,
+    group: int | None,
+    source: ChunkSource,
 ) -> tuple[int, int]:
-    with ConfinedRoot.open(root, same_mount=same_mount, owner=owner) as confined:
+    with ConfinedRoot.open(root, same_mount=same_mount, owner=owner, group=group) as confined:
         dest_fd = confined.open_dir(dest, create=True)
         unpacker = _Unpacker(confined, dest_fd, dest)
         try:
@@ -358,17 +363,24 @@ def _unpack(
 
 
 async def upload(
-    root: Path, dest: str, data: AsyncIterator[bytes], *, same_mount: bool = True, owner: int = 0
+    root: Path,
+    dest: str,
+    data: AsyncIterator[bytes],
+    *,
+    same_mount: bool = True,
+    owner: int = 0,
+    group: int | None = None,
 ) -> tuple[int, int]:
     """Unpack the tar stream ``data`` into the directory ``dest``; return (files, bytes).
 
-    ``owner``: host uid/gid of the sandbox's root, given what the upload creates.
+    ``owner`` / ``group``: host uid and gid given what the upload creates (the
+    sandbox's root by default; a named owner from :mod:`.owners`).
 
     ``files`` counts regular files, symlinks and hard links created (not
     directories); ``bytes`` is the regular-file data written.
     """
     target = parse_sandbox_path(dest, "upload destination")
-    return await feed_thread(data, partial(_unpack, root, target, same_mount, owner))
+    return await feed_thread(data, partial(_unpack, root, target, same_mount, owner, group))
 
 
 # -- download ------------------------------------------------------------------

@@ -31,6 +31,7 @@ from orchard.common.errors import invalid, precondition
 from .bridge import feed_thread, stream_from_thread
 from .confined import ConfinedRoot, close_quietly
 from .fserrors import INVALID_FIELD, IS_A_DIRECTORY, fs_error
+from .owners import HostOwner
 from .paths import SandboxPath, parse_sandbox_path
 
 CHUNK_SIZE = 1 << 20
@@ -118,9 +119,11 @@ def _write_worker(
     make_parents: bool,
     same_mount: bool,
     owner: int,
+    named: HostOwner | None,
     chunks: Iterable[bytes],
 ) -> int:
-    with ConfinedRoot.open(root, same_mount=same_mount, owner=owner) as confined:
+    uid, gid = (named.uid, named.gid) if named else (owner, owner)
+    with ConfinedRoot.open(root, same_mount=same_mount, owner=uid, group=gid) as confined:
         parent_fd = confined.open_dir(path.parent, create=make_parents)
     try:
         old = _existing(parent_fd, path.name)
@@ -133,7 +136,9 @@ def _write_worker(
             for chunk in chunks:
                 write_all(fd, chunk)
                 size += len(chunk)
-            if old is not None:
+            if named is not None:
+                os.fchown(fd, named.uid, named.gid)
+            elif old is not None:
                 # Replacing a file keeps its owner (an agent's file stays the agent's).
                 os.fchown(fd, old.st_uid, old.st_gid)
             else:
@@ -164,10 +169,13 @@ async def write_file(
     *,
     same_mount: bool = True,
     owner: int = 0,
+    named: HostOwner | None = None,
 ) -> int:
     """Write ``data`` to ``path`` atomically with ``mode``; return the size written.
 
     ``owner``: host uid/gid of the sandbox's root, owner of a new file and new parents.
+    ``named``: the owner the client asked for (:mod:`.owners`), given the file (new or
+    replaced) and the parents this call creates.
 
     Refusals: PATH_ESCAPE, PATH_NOT_FOUND (missing parent without
     make_parents), NOT_A_DIRECTORY (a parent is a file), IS_A_DIRECTORY,
@@ -178,5 +186,6 @@ async def write_file(
         raise precondition("/ is a directory", IS_A_DIRECTORY)
     file_mode = check_mode(mode)
     return await feed_thread(
-        data, partial(_write_worker, root, target, file_mode, make_parents, same_mount, owner)
+        data,
+        partial(_write_worker, root, target, file_mode, make_parents, same_mount, owner, named),
     )

@@ -62,9 +62,10 @@
 #define STAGE_OTHER 4u
 #define STAGE_PTY 5u /* no terminal could be allocated (no /dev/ptmx?) */
 
-/* Bounds on a request: the kernel's own exec limits are below these. */
-#define MAX_REQUEST_BYTES (4u << 20)
-#define MAX_STRINGS 65536u
+/* Bounds on a request: the kernel's own exec limits are below these (at most
+   6 MiB of argv + env strings and pointers; the executor checks that rule). */
+#define MAX_REQUEST_BYTES (8u << 20)
+#define MAX_STRINGS (1u << 20)
 /* How long a shim waits for its request before giving up on the client. */
 #define REQUEST_WAIT_MS 10000
 /* First fd number used for the shim's own fds, above the command's 0..4. */

@@ -16,25 +16,31 @@ from orchard.client import InvalidRequestError, OrchardError
 from orchard.common.layout import orchard_home
 
 from ._connect import client
+from ._json import add_flag, print_lines
 from ._sandboxes import print_table
+
+IMAGES_DIR_HELP = "images folder (default $ORCHARD_IMAGES_DIR or <home>/images)"
 
 
 def register(commands: Any) -> None:
     image = commands.add_parser("image", help="images")
     sub = image.add_subparsers(dest="image_command", required=True, metavar="SUBCOMMAND")
     p = sub.add_parser("ls", help="list images (via the server)")
+    add_flag(p)
     p.set_defaults(run=cmd_ls)
     p = sub.add_parser(
-        "import", help="import a docker-save / OCI tarball or a rootfs directory (on this node)"
+        "import",
+        help="import a docker-save / OCI tarball, a rootfs tarball (docker export; "
+        "gz/bz2/xz/zst) or a rootfs directory (on this node)",
     )
-    p.add_argument("source")
-    p.add_argument("--name", required=True)
-    p.add_argument("--images-dir", type=Path, default=None)
+    p.add_argument("source", metavar="SOURCE", help="a docker-save or OCI tarball, or a folder")
+    p.add_argument("--name", required=True, help="the image's name in Orchard")
+    p.add_argument("--images-dir", type=Path, default=None, help=IMAGES_DIR_HELP)
     p.set_defaults(run=cmd_import)
     p = sub.add_parser(
         "build-default", help="build the default Debian image (on this node, cached)"
     )
-    p.add_argument("--images-dir", type=Path, default=None)
+    p.add_argument("--images-dir", type=Path, default=None, help=IMAGES_DIR_HELP)
     p.set_defaults(run=cmd_build_default)
 
 
@@ -47,6 +53,9 @@ def images_dir(explicit: Path | None) -> Path:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     images = client(args).images.list()
+    if args.json:
+        print_lines(images)
+        return 0
     rows = [
         [i.name, "yes" if i.is_default else "", str(i.layers), f"{i.size_bytes / 1e6:.0f} MB"]
         for i in images

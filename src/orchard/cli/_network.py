@@ -16,8 +16,10 @@ def register(commands: Any) -> None:
     net = commands.add_parser("net", help="show or change a sandbox's network policy")
     sub = net.add_subparsers(dest="net_command", required=True, metavar="ACTION")
     p = sub.add_parser("set", help="replace the policy of a running sandbox")
-    p.add_argument("id")
-    p.add_argument("mode", choices=["none", "allowlist", "internet"])
+    p.add_argument("id", metavar="ID", help="the sandbox")
+    p.add_argument(
+        "mode", choices=["none", "allowlist", "internet"], help="the policy (docs/network.md)"
+    )
     p.add_argument(
         "--cidr", action="append", default=[], help="allowlist: IPv4 network (repeatable)"
     )
@@ -29,7 +31,7 @@ def register(commands: Any) -> None:
     )
     p.set_defaults(run=cmd_set)
     p = sub.add_parser("show", help="print the policy in force")
-    p.add_argument("id")
+    p.add_argument("id", metavar="ID", help="the sandbox")
     p.set_defaults(run=cmd_show)
 
 

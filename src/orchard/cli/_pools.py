@@ -1,6 +1,6 @@
 """``orchard pool ls | hint``: the scheduler's warm pools through the SDK.
 
-orchard pool ls                          templates, sizes, targets, hit rates
+orchard pool ls [--json]                 templates, sizes, targets, hit rates
 orchard pool hint TEMPLATE N [--within S]  N claims of TEMPLATE coming within S seconds
 """
 
@@ -12,6 +12,7 @@ from typing import Any
 from orchard.client import PoolInfo
 
 from ._connect import client
+from ._json import add_flag, print_lines
 from ._sandboxes import print_table
 
 
@@ -20,14 +21,16 @@ def register(commands: Any) -> None:
     sub = pool.add_subparsers(dest="pool_command", required=True, metavar="SUBCOMMAND")
 
     p = sub.add_parser("ls", help="list pools: ready/claimed/min/max/target and hit rate")
+    add_flag(p)
     p.set_defaults(run=cmd_pool_ls)
 
     p = sub.add_parser("hint", help="tell the scheduler a batch of claims is coming")
-    p.add_argument("template")
+    p.add_argument("template", help="the template's name (templates.toml)")
     p.add_argument("count", type=int, help="how many sandboxes the batch will claim")
     p.add_argument(
         "--within", type=float, default=0.0, help="seconds until the batch arrives (default 0)"
     )
+    add_flag(p)
     p.set_defaults(run=cmd_pool_hint)
 
 
@@ -45,11 +48,18 @@ def _row(p: PoolInfo) -> list[str]:
 
 
 def cmd_pool_ls(args: argparse.Namespace) -> int:
-    print_table(HEADER, [_row(p) for p in client(args).pools.list()])
+    pools = client(args).pools.list()
+    if args.json:
+        print_lines(pools)
+        return 0
+    print_table(HEADER, [_row(p) for p in pools])
     return 0
 
 
 def cmd_pool_hint(args: argparse.Namespace) -> int:
     pool = client(args).pools.hint(args.template, args.count, args.within)
+    if args.json:
+        print_lines([pool])
+        return 0
     print_table(HEADER, [_row(pool)])
     return 0

@@ -37,7 +37,12 @@ def register(commands: Any) -> None:
     g.add_argument("instance", type=Path, help="instance JSON (or JSONL with --id)")
     g.add_argument("patch", help="patch or agent output file, - for stdin")
     g.add_argument("--id", default=None, help="instance_id to pick from a JSONL file")
-    g.add_argument("--scheme", default="pm1", choices=["pm1", "binary", "pass_rate"])
+    g.add_argument(
+        "--scheme",
+        default="pm1",
+        choices=["pm1", "binary", "pass_rate"],
+        help="pm1: +1 resolved, -1 otherwise; binary: 1 or 0; pass_rate: weighted F2P/P2P pass rates",
+    )
     g.add_argument(
         "--test-timeout", type=float, default=0.0, help="seconds (default: the service's)"
     )

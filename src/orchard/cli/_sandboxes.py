@@ -1,4 +1,5 @@
-"""``orchard create | exec | cp | ls | rm``: sandboxes through the SDK."""
+"""``orchard create | exec | cp | ls | kill-all``: sandboxes through the SDK (``rm`` and
+``info`` are in their own modules)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,13 @@ from orchard.client import (
     Sandbox,
     SandboxInfo,
 )
+from orchard.common.exit_codes import shell_status
 
 from ._connect import client
+from ._json import add_flag, print_lines
 
 # ``ID:/path`` names a path in a sandbox; anything else is local.
 REMOTE_RE = re.compile(r"^([a-z0-9][a-z0-9-]{2,62}):(.*)$")
-
-EXIT_TIMEOUT = 124  # GNU timeout's convention
-EXIT_SIGNAL_BASE = 128  # the shell's convention for "killed by signal N"
 
 
 def register(commands: Any) -> None:
@@ -47,42 +47,52 @@ def register(commands: Any) -> None:
         metavar="K=V",
         help="environment variable (repeatable)",
     )
+    p.add_argument(
+        "--template",
+        metavar="NAME",
+        help="claim a warm sandbox of this template (image, cpu, memory and network come "
+        "from it: leave those unset); see orchard pool ls",
+    )
     p.set_defaults(run=cmd_create)
 
     p = commands.add_parser("exec", help="run a command in a sandbox, streaming its output")
-    p.add_argument("id")
+    p.add_argument("id", metavar="ID", help="the sandbox")
     p.add_argument(
         "--timeout", type=float, help="seconds; the command's process tree is killed after"
     )
     p.add_argument("--cwd", help="working directory in the sandbox")
-    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="environment variable (repeatable)",
+    )
     p.add_argument("--user", help="user name or uid[:gid] in the sandbox")
     p.add_argument("-i", "--interactive", action="store_true", help="forward this process's stdin")
     p.add_argument("cmd", nargs="*", metavar="-- CMD ARGS", help="the command, after '--'")
     p.set_defaults(run=cmd_exec)
 
     p = commands.add_parser("cp", help="copy files or directories; ID:/path names a sandbox path")
-    p.add_argument("src")
-    p.add_argument("dst")
+    p.add_argument("src", metavar="SRC", help="a local path, or ID:/path in a sandbox")
+    p.add_argument("dst", metavar="DST", help="a local path, or ID:/path in a sandbox")
     p.set_defaults(run=cmd_cp)
 
     p = commands.add_parser("ls", help="list your sandboxes")
     p.add_argument(
         "--label", action="append", default=[], metavar="K=V", help="only with this label"
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="ids only")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("-q", "--quiet", action="store_true", help="ids only")
+    add_flag(shape)
     p.set_defaults(run=cmd_ls)
 
     p = commands.add_parser(
         "kill-all", help="kill every process in a sandbox but its init (the sandbox stays)"
     )
-    p.add_argument("id", metavar="ID")
+    p.add_argument("id", metavar="ID", help="the sandbox")
     p.add_argument("--signal", type=int, default=9, help="signal number (default 9, SIGKILL)")
     p.set_defaults(run=cmd_kill_all)
-
-    p = commands.add_parser("rm", help="delete sandboxes")
-    p.add_argument("ids", nargs="+", metavar="ID")
-    p.set_defaults(run=cmd_rm)
 
 
 def pairs(items: list[str], what: str) -> dict[str, str]:
@@ -104,18 +114,15 @@ def cmd_create(args: argparse.Namespace) -> int:
         ttl=args.ttl,
         labels=pairs(args.label, "--label"),
         env=pairs(args.env, "--env"),
+        template=args.template,
     )
     print(sb.id)
     return 0
 
 
 def exit_code_of(status: ExecStatus) -> int:
-    """The shell-style exit code for how a command ended."""
-    if status.timed_out:
-        return EXIT_TIMEOUT
-    if status.signal:
-        return EXIT_SIGNAL_BASE + status.signal
-    return status.exit_code
+    """The shell-style exit code for how a command ended (124 timeout, 128+N signal N)."""
+    return shell_status(status.exit_code, status.signal, status.timed_out)
 
 
 def _stdin_chunks() -> Iterator[bytes]:
@@ -226,6 +233,9 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     infos = client(args).sandboxes.list(pairs(args.label, "--label"))
+    if args.json:
+        print_lines(infos)
+        return 0
     if args.quiet:
         for info in infos:
             print(info.id)
@@ -239,16 +249,3 @@ def cmd_kill_all(args: argparse.Namespace) -> int:
     sb = client(args).sandboxes.connect(args.id)
     print(sb.kill_all(args.signal))
     return 0
-
-
-def cmd_rm(args: argparse.Namespace) -> int:
-    failed = 0
-    for sandbox_id in args.ids:
-        try:
-            client(args).sandboxes.delete(sandbox_id)
-        except OrchardError as exc:
-            print(f"orchard: {sandbox_id}: {exc.message}", file=sys.stderr)
-            failed += 1
-        else:
-            print(sandbox_id)
-    return 1 if failed else 0

@@ -39,16 +39,16 @@ def register(commands: Any) -> None:
     )
     sub = p.add_subparsers(dest="tenant_command", required=True, metavar="ACTION")
     create = sub.add_parser("create", help="make a tenant and print its API key (once)")
-    create.add_argument("name")
+    create.add_argument("name", help="the tenant's name")
     create.set_defaults(run=cmd_create)
     ls = sub.add_parser("ls", help="list tenants with key counts and quotas")
     ls.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     ls.set_defaults(run=cmd_ls)
     revoke = sub.add_parser("revoke", help="drop every key of a tenant")
-    revoke.add_argument("name")
+    revoke.add_argument("name", help="the tenant's name")
     revoke.set_defaults(run=cmd_revoke)
     rotate = sub.add_parser("rotate-key", help="give a tenant a new key and print it (once)")
-    rotate.add_argument("name")
+    rotate.add_argument("name", help="the tenant's name")
     rotate.add_argument("--keep-old", action="store_true", help="old keys keep working too")
     rotate.set_defaults(run=cmd_rotate)
     quota = sub.add_parser(
@@ -56,8 +56,10 @@ def register(commands: Any) -> None:
         help="set quotas of a tenant (or 'default'): KEY=VALUE, 0 = unlimited",
         description="Keys: " + ", ".join(Quota.__dataclass_fields__),
     )
-    quota.add_argument("name")
-    quota.add_argument("settings", nargs="+", metavar="KEY=VALUE")
+    quota.add_argument("name", help="the tenant's name, or 'default' for every tenant without one")
+    quota.add_argument(
+        "settings", nargs="+", metavar="KEY=VALUE", help="a quota and its value (0 = unlimited)"
+    )
     quota.set_defaults(run=cmd_quota)
 
 

@@ -9,8 +9,9 @@ on the same address, with backoff; one that crash-loops stops the whole stack
 (started with ``--delete-all-on-shutdown``, so every sandbox is deleted and
 nothing is left behind) and the executor, in that order.
 
-The rewards service (``orchard.rewards``) starts last, pointed at the gateway,
-and stops first; it writes ``<home>/run/rewards.addr``.
+The rewards service (``orchard.rewards``) starts after the gateway, pointed at it;
+it writes ``<home>/run/rewards.addr``. The recording model proxy (``orchard.modelproxy``,
+``--model-upstream``) starts last and stops first; it writes ``<home>/run/modelproxy.addr``.
 
 The children's logs go to ``<home>/logs/<service>.log``.
 
@@ -24,7 +25,12 @@ nginx data-plane proxy (both sides) and the rewards service. Clients find the CA
 is ``grpcs://host:port``, ``run/gateway-http.addr`` ``https://host:port``,
 ``run/data-plane.addr`` and ``run/rewards.addr`` ``grpcs://...``. The SDK trusts
 ``run/ca.pem`` when its endpoint comes from that home (``orchard.client._tls``).
-The scheduler's port stays plaintext on loopback (only the gateway calls it).
+
+Internal calls are always authenticated, ``--tls`` or not: before starting anything,
+``orchard up`` issues the internal CA and the gateway's and the scheduler's certificates
+under ``<home>/secrets/internal/`` (root's, 0700; ``orchard.common.internal_pki``), and the
+scheduler serves mutual TLS that admits only the gateway's certificate
+(``orchard.scheduler.callers``).
 """
 
 from __future__ import annotations
@@ -108,6 +114,18 @@ def register(commands: Any) -> None:
         help="the control plane's CPU priority (nice, -20..19; default "
         f"$ORCHARD_CONTROL_PLANE_NICE or {DEFAULT_CONTROL_PLANE_NICE}): the services and the "
         "runc they start, not the sandboxes (their first process goes back to 0)",
+    )
+    p.add_argument(
+        "--model-upstream",
+        default=os.environ.get("ORCHARD_MODEL_UPSTREAM") or "",
+        help="the inference server the recording model proxy forwards to (an OpenAI base URL; "
+        "default $ORCHARD_MODEL_UPSTREAM; unset: the proxy refuses model calls)",
+    )
+    p.add_argument(
+        "--model-proxy-port",
+        type=int,
+        default=None,
+        help="recording model proxy port (default 50090, or a free one with --port 0; -1: none)",
     )
     p.set_defaults(run=cmd_up)
 
@@ -299,6 +317,18 @@ class _TLSArgs:
         )
 
 
+def _issue_internal_certificates(home: Path) -> None:
+    """The internal CA and every service's certificate, before any service starts (so two
+    children never race to make the CA)."""
+    from orchard.common.internal_pki import InternalPKI, InternalPKIError
+
+    pki = InternalPKI.of_home(home)
+    try:
+        pki.ensure()
+    except (OSError, ValueError, InternalPKIError) as err:
+        raise StackError(f"cannot issue the internal certificates in {pki.root}: {err}") from None
+
+
 def writable_layer(run_dir: Path) -> str:
     """What the scheduler's local backend chose for sandboxes' writable layer, in one line
     (``scratch.choose`` decides by kernel and writes it at start)."""
@@ -308,6 +338,31 @@ def writable_layer(run_dir: Path) -> str:
         return str(json.loads((run_dir / WRITABLE_LAYER_FILE).read_text())["summary"])
     except (OSError, ValueError, KeyError) as err:
         return f"unknown (run/{WRITABLE_LAYER_FILE}: {err})"
+
+
+def _start_model_proxy(
+    args: argparse.Namespace,
+    home: Path,
+    env: dict[str, str],
+    gateway: str,
+    tls: bool,
+    children: list[Child],
+) -> str:
+    """Start the recording model proxy (``orchard.modelproxy``) after the gateway it asks about
+    tenants' keys; its address, or "" with ``--model-proxy-port -1``."""
+    port = args.model_proxy_port
+    port = port if port is not None else (0 if args.port == 0 else 50090)
+    if port < 0:
+        return ""
+    ca = ["--gateway-ca", str(home / "run" / "ca.pem")] if tls else []
+    proxy, address = _start(
+        "modelproxy", "orchard.modelproxy",
+        ["--listen", f"{args.host}:{port}", "--gateway", gateway, "--upstream", args.model_upstream, *ca],
+        home, env,
+    )  # fmt: skip
+    proxy.restart_args = _pinned(proxy.restart_args, "--listen", address.removeprefix("http://"))
+    children.append(proxy)
+    return address
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -324,12 +379,18 @@ def cmd_up(args: argparse.Namespace) -> int:
         "gateway-http.addr",
         "rewards.addr",
         "data-plane.addr",
+        "modelproxy.addr",
         "ca.pem",
         WRITABLE_LAYER_FILE,
     ):
         (layout.run / stale).unlink(missing_ok=True)
     tls = _TLSArgs.make(home, layout, args.host) if args.tls else _TLSArgs()
-    env = {**os.environ, "ORCHARD_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    _issue_internal_certificates(home)
+    # gRPC core logs every refused TLS handshake at INFO, to the children's logs in the
+    # data directory: any local process could fill it by knocking on the scheduler's
+    # mTLS port. Errors only, unless the operator asks for more.
+    env = {"GRPC_VERBOSITY": "ERROR", **os.environ, "ORCHARD_HOME": str(home)}
+    env["PYTHONUNBUFFERED"] = "1"
     # TLS is orchard up's choice (--tls), never half-inherited from this shell's environment.
     for name in (*_TLS_ENV, "ORCHARD_TLS_CA"):
         env.pop(name, None)
@@ -420,9 +481,12 @@ def cmd_up(args: argparse.Namespace) -> int:
             rewards.restart_args, "--listen", rewards_addr.removeprefix("grpcs://")
         )
         children.append(rewards)
+        proxy_addr = _start_model_proxy(args, home, env, endpoint, tls.on, children)
         print(f"Orchard is up. Endpoint: {endpoint}", flush=True)
         print(f"Dev API key: {home / 'dev-api-key'}", flush=True)
         print(f"Rewards: {rewards_addr}", flush=True)
+        if proxy_addr:
+            print(f"Model proxy: {proxy_addr}  (POST /v1/sessions; docs/modelproxy.md)", flush=True)
         if rest:
             http = (layout.run / "gateway-http.addr").read_text().strip()
             http = http if http.startswith("https://") else f"http://{http}"

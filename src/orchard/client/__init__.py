@@ -30,8 +30,12 @@ from ._errors import (
     OrchardError,
     PathError,
     PathEscapeError,
+    PathExistsError,
+    PathIsADirectoryError,
+    PathNotADirectoryError,
     PathNotFoundError,
     PermissionDeniedError,
+    PortNotListeningError,
     ProcessError,
     QuotaExceededError,
     SandboxError,
@@ -41,6 +45,7 @@ from ._errors import (
     ServiceUnavailableError,
     SessionError,
 )
+from ._files import FileEntry
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -52,6 +57,8 @@ from ._models import (
 )
 from ._network import NetworkPolicy
 from ._pools import PoolInfo
+from ._ports_async import AsyncPortForward
+from ._ports_sync import PortForward
 from ._process_async import AsyncProcess
 from ._process_sync import Process
 from ._processes import OutputDropped, ProcessEvent, ProcessInfo
@@ -76,6 +83,7 @@ __all__ = [
     "AsyncInterceptor",
     "AsyncOrchard",
     "AsyncPools",
+    "AsyncPortForward",
     "AsyncProcess",
     "AsyncRewards",
     "AsyncSandbox",
@@ -91,6 +99,7 @@ __all__ = [
     "ExecEvent",
     "ExecResult",
     "ExecStatus",
+    "FileEntry",
     "GradeReport",
     "GrpcTransport",
     "ImageInfo",
@@ -107,10 +116,15 @@ __all__ = [
     "OutputDropped",
     "PathError",
     "PathEscapeError",
+    "PathExistsError",
+    "PathIsADirectoryError",
+    "PathNotADirectoryError",
     "PathNotFoundError",
     "PermissionDeniedError",
     "PoolInfo",
     "Pools",
+    "PortForward",
+    "PortNotListeningError",
     "Process",
     "ProcessError",
     "ProcessEvent",

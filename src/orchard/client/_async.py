@@ -12,6 +12,7 @@ import builtins
 import contextlib
 import os
 import queue
+import socket
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from types import TracebackType
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc
 
-from . import _requests, _tar, _values
+from . import _files, _requests, _tar, _values
 from ._core import (
     ExecutorAccess,
     SandboxCore,
@@ -28,7 +29,7 @@ from ._core import (
     session_run_request,
     translate_errors,
 )
-from ._errors import SandboxNotFoundError
+from ._errors import PathNotFoundError, SandboxNotFoundError
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -38,6 +39,7 @@ from ._models import (
     exec_result,
 )
 from ._network import NetworkPolicy
+from ._ports_async import AsyncPortForward, connect_port
 from ._process_async import AsyncSandboxProcesses
 
 if TYPE_CHECKING:
@@ -122,6 +124,7 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
         await default_async_client(endpoint, api_key).sandboxes.delete(sandbox_id)
 
     async def info(self) -> SandboxInfo:
+        """See :meth:`Sandbox.info`."""
         with translate_errors():
             msg = await self.client._control().GetSandbox(
                 self._get_request(), metadata=self.client.api_metadata
@@ -156,6 +159,7 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
         return self._info
 
     async def delete(self) -> None:
+        """See :meth:`Sandbox.delete`."""
         await self.client.sandboxes.delete(self.id)
         self._deleted = True
 
@@ -236,6 +240,7 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
     async def session(
         self, cwd: str | None = None, env: Mapping[str, str] | None = None, user: str | None = None
     ) -> AsyncSession:
+        """See :meth:`Sandbox.session`."""
         stub, access = await self._executor()
         with translate_errors():
             msg = await stub.CreateSession(
@@ -253,15 +258,35 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
             )
         return resp.killed
 
+    async def forward_port(
+        self, port: int, local_port: int = 0, host: str = "127.0.0.1"
+    ) -> AsyncPortForward:
+        """A listener on 127.0.0.1 carrying each connection to ``port`` inside the
+        sandbox, served on this loop (see :meth:`Sandbox.forward_port`); use
+        ``async with await sb.forward_port(port) as fwd``."""
+        return await AsyncPortForward(self._executor, self.id, port, host, local_port)._start()
+
+    async def connect_port(self, port: int, host: str = "127.0.0.1") -> socket.socket:
+        """One connection to ``port`` inside the sandbox, as a connected socket relayed
+        on this loop (``asyncio.open_connection(sock=...)`` makes streams of it)."""
+        return await connect_port(self._executor, self.id, port, host)
+
     async def write_file(
         self,
         path: str,
         data: _requests.FileData,
         mode: int | None = None,
         make_parents: bool = True,
+        owner: _files.Owner | None = None,
     ) -> int:
+        """See :meth:`Sandbox.write_file`."""
         requests = _requests.write_requests(
-            self.id, _requests.check_remote_path(path), data, mode, make_parents
+            self.id,
+            _requests.check_remote_path(path),
+            data,
+            mode,
+            make_parents,
+            _files.owner_spec(owner),
         )
         stub, access = await self._executor()
         with translate_errors():
@@ -269,6 +294,7 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
         return resp.size
 
     async def iter_file(self, path: str) -> AsyncIterator[bytes]:
+        """See :meth:`Sandbox.iter_file`."""
         request = self._read_request(path)
         stub, access = await self._executor()
         with translate_errors():
@@ -277,9 +303,11 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
                     yield chunk.data
 
     async def read_file(self, path: str) -> bytes:
+        """See :meth:`Sandbox.read_file`."""
         return b"".join([c async for c in self.iter_file(path)])
 
     async def download_file(self, path: str, local_path: str | os.PathLike[str]) -> int:
+        """See :meth:`Sandbox.download_file`."""
         written = 0
         f = await asyncio.to_thread(open, local_path, "wb")
         try:
@@ -290,10 +318,18 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
             await asyncio.to_thread(f.close)
         return written
 
-    async def upload(self, local_dir: str | os.PathLike[str], remote_dir: str) -> tuple[int, int]:
+    async def upload(
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: str,
+        owner: _files.Owner | None = None,
+    ) -> tuple[int, int]:
         chunks = _tar.tar_stream(_tar.checked_local_dir(local_dir))
         requests = _requests.upload_requests(
-            self.id, _requests.check_remote_path(remote_dir, "remote_dir"), chunks
+            self.id,
+            _requests.check_remote_path(remote_dir, "remote_dir"),
+            chunks,
+            _files.owner_spec(owner),
         )
         stub, access = await self._executor()
         with translate_errors():
@@ -342,6 +378,68 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
             await asyncio.to_thread(put, _END)
         return await extractor
 
+    # ---- file operations (see Sandbox and _files) ----------------------------
+
+    async def list_dir(
+        self, path: str, depth: int = 1, max_entries: int | None = None
+    ) -> builtins.list[_files.FileEntry]:
+        """See :meth:`Sandbox.list_dir`."""
+        return (await self.list_dir_page(path, depth, max_entries))[0]
+
+    async def list_dir_page(
+        self, path: str, depth: int = 1, max_entries: int | None = None
+    ) -> tuple[builtins.list[_files.FileEntry], bool]:
+        """See :meth:`Sandbox.list_dir_page`."""
+        request = _files.list_request(self.id, path, depth, max_entries)
+        stub, access = await self._executor()
+        with translate_errors():
+            resp = await stub.ListDir(request, metadata=access.metadata)
+        return [_files.file_entry(e) for e in resp.entries], resp.truncated
+
+    async def stat(self, path: str, follow_symlinks: bool = True) -> _files.FileEntry:
+        """See :meth:`Sandbox.stat`."""
+        request = _files.stat_request(self.id, path, follow_symlinks)
+        stub, access = await self._executor()
+        with translate_errors():
+            return _files.file_entry(await stub.Stat(request, metadata=access.metadata))
+
+    async def exists(self, path: str) -> bool:
+        """See :meth:`Sandbox.exists`."""
+        try:
+            await self.stat(path)
+        except PathNotFoundError:
+            return False
+        return True
+
+    async def remove(self, path: str, recursive: bool = False) -> int:
+        """See :meth:`Sandbox.remove`."""
+        request = _files.remove_request(self.id, path, recursive)
+        stub, access = await self._executor()
+        with translate_errors():
+            return (await stub.Remove(request, metadata=access.metadata)).removed
+
+    async def rename(self, source: str, destination: str) -> None:
+        """See :meth:`Sandbox.rename`."""
+        request = _files.rename_request(self.id, source, destination)
+        stub, access = await self._executor()
+        with translate_errors():
+            await stub.Rename(request, metadata=access.metadata)
+
+    async def make_dir(
+        self,
+        path: str,
+        parents: bool = True,
+        exist_ok: bool = True,
+        mode: int | None = None,
+        owner: _files.Owner | None = None,
+    ) -> bool:
+        """See :meth:`Sandbox.make_dir`."""
+        request = _files.make_dir_request(self.id, path, parents, mode, owner)
+        stub, access = await self._executor()
+        with translate_errors():
+            created = (await stub.MakeDir(request, metadata=access.metadata)).created
+        return _files.made_dir(created, path, exist_ok)
+
 
 async def _in_thread_requests(requests: Iterator[R]) -> AsyncIterator[R]:
     """Produce a request stream whose building reads the disk, off the event loop."""
@@ -377,6 +475,7 @@ class AsyncSession:
         self.id = session_id
 
     async def run(self, command: str, timeout: float | None = None) -> ExecResult:  # noqa: ASYNC109
+        """See :meth:`Session.run`."""
         stub, access = await self.sandbox._executor()
         request = session_run_request(self.sandbox.id, self.id, command, timeout)
         with translate_errors():
@@ -386,6 +485,7 @@ class AsyncSession:
         return exec_result(resp)
 
     async def interrupt(self) -> None:
+        """See :meth:`Session.interrupt`."""
         stub, access = await self.sandbox._executor()
         with translate_errors():
             await stub.InterruptSession(
@@ -393,6 +493,7 @@ class AsyncSession:
             )
 
     async def close(self) -> None:
+        """See :meth:`Session.close`."""
         stub, access = await self.sandbox._executor()
         with translate_errors():
             await stub.CloseSession(session_ref(self.sandbox.id, self.id), metadata=access.metadata)

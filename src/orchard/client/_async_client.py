@@ -305,6 +305,7 @@ class AsyncImages:
         self._client = client
 
     async def list(self) -> builtins.list[ImageInfo]:
+        """See :meth:`Images.list`."""
         client = self._client
         with translate_errors():
             resp = await client._control().ListImages(

@@ -29,6 +29,9 @@ DATA_PLANE_MODES = ("direct", "proxy")
 
 @dataclass(frozen=True)
 class ClientConfig:
+    """Where a client connects and with which key, once resolved (module docstring: the order
+    of arguments, environment and the home's files)."""
+
     endpoint: str
     """The gateway: ``grpcs://host:port`` (TLS) or ``host:port`` (plaintext); see ``_tls``."""
     api_key: str
@@ -45,6 +48,7 @@ class ClientConfig:
 
     @property
     def proxied(self) -> bool:
+        """Data-plane calls go through a proxy (``data_plane == "proxy"``)."""
         return self.data_plane == "proxy"
 
     @classmethod

@@ -5,19 +5,24 @@
     OrchardError                       root: everything the SDK raises
     ├── ConfigurationError             no endpoint / API key could be found
     ├── AuthenticationError            API key or data-plane token refused
-    ├── PermissionDeniedError          authenticated, but not allowed
+    ├── PermissionDeniedError          authenticated, but not allowed (also a PermissionError)
     ├── InvalidRequestError            the request is wrong; fix it, do not retry
     │   ├── ImageNotFoundError         no such image
     │   ├── PathError                  a path inside the sandbox is unusable
-    │   │   ├── PathNotFoundError
+    │   │   ├── PathNotFoundError      (also a FileNotFoundError)
+    │   │   ├── PathExistsError        (also a FileExistsError)
+    │   │   ├── PathIsADirectoryError  (also an IsADirectoryError)
+    │   │   ├── PathNotADirectoryError (also a NotADirectoryError)
     │   │   └── PathEscapeError        it leaves the sandbox (.., symlinks)
     │   └── CommandStartError          executable or user not found
     ├── SandboxError                   about one sandbox's state
     │   ├── SandboxNotFoundError
     │   ├── SandboxNotReadyError
     │   ├── SessionError               session unknown, busy or dead
+    │   ├── SandboxLimitError          the sandbox hit its own pids/memory limit
     │   ├── ProcessError               background process unknown, or not in a state for that
-    │   └── SandboxLimitError          the sandbox hit its own pids/memory limit
+    │   └── PortNotListeningError      nothing accepts on that port inside (also a
+    │                                  builtins.ConnectionRefusedError)
     ├── QuotaExceededError             over a quota; ``retry_after`` seconds if known
     ├── DeadlineExceededError          a call ran out of time (also a builtins.TimeoutError)
     └── InfrastructureError            the platform failed, not the task: trainers
@@ -27,10 +32,17 @@ Every error carries ``code`` (the gRPC status name, e.g. ``"NOT_FOUND"``),
 ``reason`` (an ``ErrorReason`` name from common.proto or ``""``) and ``fault``
 (``"client"``, ``"task"`` or ``"infrastructure"``). A command that runs and
 fails is not an exception: it is an ``ExecResult`` with its exit code.
+
+Errors about paths, permissions and deadlines are also the matching Python
+built-ins (``except FileNotFoundError`` catches a missing sandbox path, as it
+would a missing local one; ``errno`` is set), so code written against
+``pathlib`` / ``os`` keeps working. The cost: ``except OSError`` now catches
+those SDK errors too, which is what such code means.
 """
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 import grpc
@@ -66,8 +78,27 @@ class AuthenticationError(OrchardError):
     """The API key (control plane) or the sandbox token (data plane) was refused."""
 
 
-class PermissionDeniedError(OrchardError):
-    """The caller is known but may not do this."""
+class _BuiltinOSError(OrchardError, OSError):
+    """Mixin base: an SDK error that is also a ``builtins.OSError`` subclass.
+
+    The subclass names its ``errno``; ``str()`` stays the server's message.
+    """
+
+    errno_code = 0
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.errno = self.errno_code
+        self.strerror = message
+
+    def __str__(self) -> str:
+        return self.message  # not OSError's "[Errno N] ...": the same text as every SDK error
+
+
+class PermissionDeniedError(_BuiltinOSError, PermissionError):
+    """The caller is known but may not do this (also a ``PermissionError``)."""
+
+    errno_code = errno.EACCES
 
 
 class InvalidRequestError(OrchardError):
@@ -82,8 +113,29 @@ class PathError(InvalidRequestError):
     """A path inside the sandbox cannot be used for this operation."""
 
 
-class PathNotFoundError(PathError):
-    """The path does not exist."""
+class PathNotFoundError(PathError, _BuiltinOSError, FileNotFoundError):
+    """The path does not exist (also a ``FileNotFoundError``)."""
+
+    errno_code = errno.ENOENT
+
+
+class PathExistsError(PathError, _BuiltinOSError, FileExistsError):
+    """Something is already at the path (also a ``FileExistsError``)."""
+
+    errno_code = errno.EEXIST
+
+
+class PathIsADirectoryError(PathError, _BuiltinOSError, IsADirectoryError):
+    """The path is a directory where a file was needed (also an ``IsADirectoryError``)."""
+
+    errno_code = errno.EISDIR
+
+
+class PathNotADirectoryError(PathError, _BuiltinOSError, NotADirectoryError):
+    """A directory was needed but the path (or a parent) is not one
+    (also a ``NotADirectoryError``)."""
+
+    errno_code = errno.ENOTDIR
 
 
 class PathEscapeError(PathError):
@@ -118,6 +170,12 @@ class SandboxLimitError(SandboxError):
     """The sandbox hit one of its own limits (pids, memory): the task's fault, not the platform's."""
 
 
+class PortNotListeningError(SandboxError, ConnectionRefusedError):
+    """A forwarded connection found nothing accepting on that port inside the sandbox.
+
+    Also a ``ConnectionRefusedError``, so code written for local sockets catches it."""
+
+
 class QuotaExceededError(OrchardError):
     """Over a quota; ``retry_after`` is the server's hint in seconds, if any."""
 
@@ -145,10 +203,10 @@ _BY_REASON: dict[str, type[OrchardError]] = {
     "INVALID_FIELD": InvalidRequestError,
     "PATH_ESCAPE": PathEscapeError,
     "PATH_NOT_FOUND": PathNotFoundError,
-    "NOT_A_DIRECTORY": PathError,
-    "IS_A_DIRECTORY": PathError,
+    "NOT_A_DIRECTORY": PathNotADirectoryError,
+    "IS_A_DIRECTORY": PathIsADirectoryError,
     "UNSUPPORTED_FILE_TYPE": PathError,
-    "FILE_EXISTS": PathError,
+    "FILE_EXISTS": PathExistsError,
     "SESSION_NOT_FOUND": SessionError,
     "SESSION_BUSY": SessionError,
     "SESSION_DEAD": SessionError,
@@ -161,6 +219,7 @@ _BY_REASON: dict[str, type[OrchardError]] = {
     "EXECUTABLE_NOT_FOUND": CommandStartError,
     "USER_NOT_FOUND": CommandStartError,
     "SANDBOX_RESOURCE_LIMIT": SandboxLimitError,
+    "PORT_NOT_LISTENING": PortNotListeningError,
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[OrchardError]] = {

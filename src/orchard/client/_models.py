@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
+from orchard.common.exit_codes import returncode
 
 from ._network import NetworkPolicy, network_from_proto
 
@@ -18,8 +19,9 @@ class ExecStatus:
     """How a command ended."""
 
     exit_code: int
-    """Exit code; -1 when killed by a signal."""
+    """Exit code; ``-N`` when signal N killed the command (``subprocess``'s ``returncode``)."""
     signal: int = 0
+    """The signal that killed the command, 0 if it exited."""
     timed_out: bool = False
     oom_killed: bool = False
     truncated: bool = False
@@ -56,6 +58,16 @@ class ExecResult:
     def timed_out(self) -> bool:
         return self.status.timed_out
 
+    @property
+    def signal(self) -> int:
+        """The signal that killed the command (0 if it exited); ``exit_code`` is then ``-signal``."""
+        return self.status.signal
+
+    @property
+    def returncode(self) -> int:
+        """``exit_code`` under subprocess's name, for code written against ``CompletedProcess``."""
+        return self.exit_code
+
 
 @dataclass(frozen=True)
 class OutputChunk:
@@ -70,6 +82,8 @@ ExecEvent = OutputChunk | ExecStatus
 
 @dataclass(frozen=True)
 class ImageInfo:
+    """An image sandboxes can be made from (:meth:`Images.list`)."""
+
     name: str
     size_bytes: int
     layers: int
@@ -98,6 +112,17 @@ class SandboxInfo:
     """For "failed": "client", "task" or "infrastructure" (drop the rollout)."""
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     """The network policy in force."""
+    env: dict[str, str] = field(default_factory=dict)
+    """The create-time environment its commands get (over the image's)."""
+    ttl_seconds: int = 0
+    """Seconds one lease lasts (``keepalive()`` extends the expiry to now + this)."""
+    executor_address: str = ""
+    """The node executor serving its data plane ("" unless ready)."""
+    executor_tls: bool = False
+    """That executor speaks TLS."""
+    token_expires_at: dt.datetime | None = None
+    """When the data-plane token the answer carried expires (the token itself is not kept
+    here: it is a credential, and the SDK refreshes it by itself)."""
 
 
 _STATES: dict[int, SandboxState] = {
@@ -118,6 +143,15 @@ def _time(ts: object) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(seconds + nanos / 1e9, tz=dt.UTC)
 
 
+def _expiry(ts: object) -> dt.datetime | None:
+    """A token's expiry; one past datetime's range (year 9999: a server that issues tokens
+    that do not expire) is datetime.max, which is what it means, not an error."""
+    try:
+        return _time(ts)
+    except (ValueError, OverflowError, OSError):
+        return dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
 def sandbox_info(msg: sandbox_pb2.Sandbox) -> SandboxInfo:
     return SandboxInfo(
         id=msg.id,
@@ -134,6 +168,11 @@ def sandbox_info(msg: sandbox_pb2.Sandbox) -> SandboxInfo:
         template=msg.template,
         fault=msg.fault,
         network=network_from_proto(msg.network),
+        env=dict(msg.env),
+        ttl_seconds=msg.ttl_seconds,
+        executor_address=msg.executor.address,
+        executor_tls=msg.executor.tls,
+        token_expires_at=_expiry(msg.executor.token_expires_at),
     )
 
 
@@ -145,7 +184,7 @@ def image_info(msg: sandbox_pb2.Image) -> ImageInfo:
 
 def exec_status(msg: executor_pb2.ExecStatus) -> ExecStatus:
     return ExecStatus(
-        exit_code=msg.exit_code,
+        exit_code=returncode(msg.exit_code, msg.signal),  # also fixes older executors' -1
         signal=msg.signal,
         timed_out=msg.timed_out,
         oom_killed=msg.oom_killed,

@@ -27,6 +27,9 @@ _MODES = {
 
 @dataclass(frozen=True)
 class NetworkPolicy:
+    """What a sandbox may reach: ``mode`` ``none``, ``internet`` or ``allowlist`` (of
+    ``cidrs``, ``ports`` and ``domains``); see the module docstring."""
+
     mode: str = "none"
     cidrs: tuple[str, ...] = ()
     ports: tuple[int, ...] = ()

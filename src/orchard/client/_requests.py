@@ -164,11 +164,20 @@ def file_chunks(data: FileData) -> Iterator[bytes]:
 
 
 def write_requests(
-    sandbox_id: str, path: str, data: FileData, mode: int | None, make_parents: bool
+    sandbox_id: str,
+    path: str,
+    data: FileData,
+    mode: int | None,
+    make_parents: bool,
+    owner: str = "",
 ) -> Iterator[executor_pb2.WriteFileRequest]:
     yield executor_pb2.WriteFileRequest(
         header=executor_pb2.WriteFileHeader(
-            sandbox_id=sandbox_id, path=path, mode=mode or 0, make_parents=make_parents
+            sandbox_id=sandbox_id,
+            path=path,
+            mode=mode or 0,
+            make_parents=make_parents,
+            owner=owner,
         )
     )
     for chunk in file_chunks(data):
@@ -176,10 +185,10 @@ def write_requests(
 
 
 def upload_requests(
-    sandbox_id: str, remote_dir: str, tar_chunks: Iterable[bytes]
+    sandbox_id: str, remote_dir: str, tar_chunks: Iterable[bytes], owner: str = ""
 ) -> Iterator[executor_pb2.UploadRequest]:
     yield executor_pb2.UploadRequest(
-        header=executor_pb2.UploadHeader(sandbox_id=sandbox_id, path=remote_dir)
+        header=executor_pb2.UploadHeader(sandbox_id=sandbox_id, path=remote_dir, owner=owner)
     )
     for chunk in tar_chunks:
         yield executor_pb2.UploadRequest(data=chunk)

@@ -26,6 +26,8 @@ from ._errors import ConfigurationError
 
 @dataclass(frozen=True)
 class GradeReport:
+    """The grading of one patch on one SWE-style instance (:meth:`Rewards.grade`)."""
+
     instance_id: str
     kind: str
     """graded, no_patch, patch_does_not_apply, timeout, invalid_log or infrastructure."""
@@ -57,6 +59,9 @@ class GradeReport:
 
 @dataclass(frozen=True)
 class JudgeVerdict:
+    """The LLM judge's answer (:meth:`Rewards.judge`); ``ok`` False is no verdict (``failure``
+    says why), never a silent 0."""
+
     ok: bool
     data: dict[str, Any]
     failure: str
@@ -67,6 +72,10 @@ class JudgeVerdict:
 
 @dataclass(frozen=True)
 class ProcessReward:
+    """A process reward for one trajectory (:meth:`Rewards.score_process`): the outcome plus
+    alpha times the judge's weighted rubric score ``j``, or 0 when the anti-hacking gate
+    refused the patch or trajectory (``gated``, ``gate_reasons``); docs/rewards.md."""
+
     reward: float
     judged: bool
     j: float

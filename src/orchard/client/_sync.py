@@ -9,13 +9,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import socket
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from orchard._proto.orchard.v1 import executor_pb2_grpc
 
-from . import _requests, _tar, _values
+from . import _files, _requests, _tar, _values
 from ._core import (
     ExecutorAccess,
     SandboxCore,
@@ -24,7 +25,7 @@ from ._core import (
     session_run_request,
     translate_errors,
 )
-from ._errors import SandboxNotFoundError
+from ._errors import PathNotFoundError, SandboxNotFoundError
 from ._models import (
     ExecEvent,
     ExecResult,
@@ -34,6 +35,7 @@ from ._models import (
     exec_result,
 )
 from ._network import NetworkPolicy
+from ._ports_sync import PortForward, connect_port
 from ._process_sync import SandboxProcesses
 
 if TYPE_CHECKING:
@@ -268,16 +270,40 @@ class Sandbox(SandboxProcesses, SandboxCore):
             )
         return resp.killed
 
+    def forward_port(self, port: int, local_port: int = 0, host: str = "127.0.0.1") -> PortForward:
+        """Listen on 127.0.0.1 (``local_port``; 0 picks a free one) and carry every
+        connection to ``port`` on the sandbox's loopback (``host``: ``127.0.0.1`` or
+        ``::1``) over the data plane; nothing is published and no network policy is
+        opened. ``.url`` is ``http://127.0.0.1:NNNN``. Close it (or use ``with``) to stop."""
+        return PortForward(self._executor, self.id, port, host, local_port)._start()
+
+    def connect_port(self, port: int, host: str = "127.0.0.1") -> socket.socket:
+        """One connection to ``port`` on the sandbox's loopback, as a connected socket
+        (a Unix socket pair's end, relayed); :class:`PortNotListeningError` (also a
+        ``ConnectionRefusedError``) when nothing listens there."""
+        return connect_port(self._executor, self.id, port, host)
+
     def write_file(
         self,
         path: str,
         data: _requests.FileData,
         mode: int | None = None,
         make_parents: bool = True,
+        owner: _files.Owner | None = None,
     ) -> int:
-        """Write ``data`` (bytes, str, or a binary file object, streamed) to ``path``; returns its size."""
+        """Write ``data`` (bytes, str, or a binary file object, streamed) to ``path``; returns its size.
+
+        ``owner`` (a user name, uid, "user:group" or (uid, gid), resolved in the
+        sandbox) owns the file and the parents this call creates; by default a new
+        file is root's and a replaced one keeps its owner.
+        """
         requests = _requests.write_requests(
-            self.id, _requests.check_remote_path(path), data, mode, make_parents
+            self.id,
+            _requests.check_remote_path(path),
+            data,
+            mode,
+            make_parents,
+            _files.owner_spec(owner),
         )
         stub, access = self._executor()
         with translate_errors():
@@ -305,11 +331,22 @@ class Sandbox(SandboxProcesses, SandboxCore):
                 written += len(chunk)
         return written
 
-    def upload(self, local_dir: str | os.PathLike[str], remote_dir: str) -> tuple[int, int]:
-        """Copy the contents of a local directory into ``remote_dir``; returns (files, bytes)."""
+    def upload(
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: str,
+        owner: _files.Owner | None = None,
+    ) -> tuple[int, int]:
+        """Copy the contents of a local directory into ``remote_dir``; returns (files, bytes).
+
+        ``owner`` (as in :meth:`write_file`) owns everything unpacked; root by default.
+        """
         chunks = _tar.tar_stream(_tar.checked_local_dir(local_dir))
         requests = _requests.upload_requests(
-            self.id, _requests.check_remote_path(remote_dir, "remote_dir"), chunks
+            self.id,
+            _requests.check_remote_path(remote_dir, "remote_dir"),
+            chunks,
+            _files.owner_spec(owner),
         )
         stub, access = self._executor()
         with translate_errors():
@@ -331,6 +368,80 @@ class Sandbox(SandboxProcesses, SandboxCore):
         finally:
             stream.cancel()  # type: ignore[no-untyped-call]
 
+    # ---- file operations (see _files for the names) --------------------------
+
+    def list_dir(
+        self, path: str, depth: int = 1, max_entries: int | None = None
+    ) -> builtins.list[_files.FileEntry]:
+        """The entries of the directory ``path`` (``depth`` levels down, at most 64;
+        symlinks listed, never followed), depth-first and sorted by name per folder.
+
+        At most ``max_entries`` come back (the server's default 10,000, ceiling
+        100,000); :meth:`list_dir_page` also says whether the listing stopped there.
+        """
+        return self.list_dir_page(path, depth, max_entries)[0]
+
+    def list_dir_page(
+        self, path: str, depth: int = 1, max_entries: int | None = None
+    ) -> tuple[builtins.list[_files.FileEntry], bool]:
+        """:meth:`list_dir` and whether the listing stopped at ``max_entries``."""
+        request = _files.list_request(self.id, path, depth, max_entries)
+        stub, access = self._executor()
+        with translate_errors():
+            resp = stub.ListDir(request, metadata=access.metadata)
+        return [_files.file_entry(e) for e in resp.entries], resp.truncated
+
+    def stat(self, path: str, follow_symlinks: bool = True) -> _files.FileEntry:
+        """One entry's metadata; :class:`PathNotFoundError` (a ``FileNotFoundError``) if missing."""
+        request = _files.stat_request(self.id, path, follow_symlinks)
+        stub, access = self._executor()
+        with translate_errors():
+            return _files.file_entry(stub.Stat(request, metadata=access.metadata))
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists (a dangling symlink does not, like ``os.path.exists``)."""
+        try:
+            self.stat(path)
+        except PathNotFoundError:
+            return False
+        return True
+
+    def remove(self, path: str, recursive: bool = False) -> int:
+        """Remove a file, a symlink (not its target) or an empty directory; a whole tree
+        with ``recursive``. Returns how many entries were removed."""
+        request = _files.remove_request(self.id, path, recursive)
+        stub, access = self._executor()
+        with translate_errors():
+            return stub.Remove(request, metadata=access.metadata).removed
+
+    def rename(self, source: str, destination: str) -> None:
+        """Move ``source`` to ``destination`` (replacing a file there, like ``os.rename``).
+
+        A directory that comes from the image itself cannot be renamed on the local
+        runtime (overlayfs refuses; ``mv`` would copy it): that is an
+        :class:`InvalidRequestError` saying so, and the directory stays where it was.
+        """
+        request = _files.rename_request(self.id, source, destination)
+        stub, access = self._executor()
+        with translate_errors():
+            stub.Rename(request, metadata=access.metadata)
+
+    def make_dir(
+        self,
+        path: str,
+        parents: bool = True,
+        exist_ok: bool = True,
+        mode: int | None = None,
+        owner: _files.Owner | None = None,
+    ) -> bool:
+        """Create a directory (``parents``: and missing parents, like ``mkdir -p``); returns
+        False if it already existed (:class:`PathExistsError` if not ``exist_ok``)."""
+        request = _files.make_dir_request(self.id, path, parents, mode, owner)
+        stub, access = self._executor()
+        with translate_errors():
+            created = stub.MakeDir(request, metadata=access.metadata).created
+        return _files.made_dir(created, path, exist_ok)
+
 
 class Session:
     """A persistent shell session in a sandbox; close it (or use ``with``) when done."""
@@ -340,6 +451,7 @@ class Session:
         self.id = session_id
 
     def run(self, command: str, timeout: float | None = None) -> ExecResult:
+        """Run ``command`` in the session's shell and wait for it (its cd, exports and functions stay)."""
         stub, access = self.sandbox._executor()
         request = session_run_request(self.sandbox.id, self.id, command, timeout)
         with translate_errors():
@@ -355,6 +467,7 @@ class Session:
             stub.InterruptSession(session_ref(self.sandbox.id, self.id), metadata=access.metadata)
 
     def close(self) -> None:
+        """End the session's shell."""
         stub, access = self.sandbox._executor()
         with translate_errors():
             stub.CloseSession(session_ref(self.sandbox.id, self.id), metadata=access.metadata)

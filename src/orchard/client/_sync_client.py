@@ -299,6 +299,7 @@ class Images:
         self._client = client
 
     def list(self) -> builtins.list[ImageInfo]:
+        """The images sandboxes can be made from; one is the default."""
         client = self._client
         with translate_errors():
             resp = client._control().ListImages(

@@ -28,6 +28,8 @@ _BLOCK = 512
 
 @dataclass(frozen=True)
 class DownloadResult:
+    """What :meth:`Sandbox.download` wrote into the local folder."""
+
     members: int
     """Files, directories and links written."""
     skipped_links: tuple[str, ...] = ()

@@ -142,7 +142,9 @@ def key_pem(key: Key) -> bytes:
     )
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
+def write_file(path: Path, data: bytes, mode: int) -> None:
+    """``data`` into ``path`` with ``mode`` from the first byte (a key is never world-readable,
+    even for a moment), replaced atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as f:
@@ -191,14 +193,14 @@ class LocalCA:
             ca_key = loaded
         else:
             ca, ca_key = make_ca()
-            _write(self.ca_key_file, key_pem(ca_key), 0o600)
-            _write(self.ca_file, cert_pem(ca), 0o644)
+            write_file(self.ca_key_file, key_pem(ca_key), 0o600)
+            write_file(self.ca_file, cert_pem(ca), 0o644)
             self.key_file.unlink(missing_ok=True)  # a leaf of an older CA is of no use
         if self._current(ca, names):
             return
         leaf, leaf_key = issue(ca, ca_key, names)
-        _write(self.key_file, key_pem(leaf_key), 0o600)
-        _write(self.cert_file, cert_pem(leaf), 0o644)
+        write_file(self.key_file, key_pem(leaf_key), 0o600)
+        write_file(self.cert_file, cert_pem(leaf), 0o644)
 
     def _current(self, ca: x509.Certificate, names: Sequence[str]) -> bool:
         try:
@@ -226,4 +228,4 @@ def _is_ip(name: str) -> bool:
     return True
 
 
-__all__ = ["LocalCA", "cert_pem", "issue", "key_pem", "make_ca", "new_key"]
+__all__ = ["LocalCA", "cert_pem", "issue", "key_pem", "make_ca", "new_key", "write_file"]

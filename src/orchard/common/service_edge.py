@@ -94,13 +94,32 @@ async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: Service
     raise AssertionError("context.abort returned")  # pragma: no cover - abort raises
 
 
+Authorize = Callable[[Any, str], object]
+"""A server's caller check, run before each handler with its context and full method name
+(``caller_policy.CallerPolicy.check``); it raises a ServiceError to refuse the call."""
+
+
 class _Edge:
     """The wrappers for one method: each catches, maps (:func:`_status_of`) and aborts."""
 
-    def __init__(self, service: str, method: str, translate: Translate | None) -> None:
+    def __init__(
+        self,
+        service: str,
+        method: str,
+        translate: Translate | None,
+        authorize: Authorize | None = None,
+        full_method: str = "",
+    ) -> None:
         self.service = service
         self.method = method
         self.translate = translate
+        self.authorize = authorize
+        self.full_method = full_method
+
+    def admit(self, context: Any) -> None:
+        """Refuse the call (a ServiceError) unless the server's caller check allows it."""
+        if self.authorize is not None:
+            self.authorize(context, self.full_method)
 
     async def abort(self, context: Any, exc: Exception) -> NoReturn:
         code, message, trailers = _status_of(exc, self.service, self.method, self.translate)
@@ -122,6 +141,7 @@ class _Edge:
 
             async def single_async(request: Any, context: Any) -> Any:
                 try:
+                    self.admit(context)
                     return await inner(request, context)
                 except grpc.aio.AbortError:
                     raise
@@ -132,6 +152,7 @@ class _Edge:
 
         def single_sync(request: Any, context: Any) -> Any:
             try:
+                self.admit(context)
                 return inner(request, context)
             except Exception as exc:
                 self.fail_sync(context, exc)
@@ -145,6 +166,7 @@ class _Edge:
 
             async def writer(request: Any, context: Any) -> None:
                 try:
+                    self.admit(context)
                     await inner(request, context)
                 except grpc.aio.AbortError:
                     raise
@@ -156,6 +178,7 @@ class _Edge:
 
             async def async_stream(request: Any, context: Any) -> AsyncIterator[Any]:
                 try:
+                    self.admit(context)
                     async for item in inner(request, context):
                         yield item
                 except grpc.aio.AbortError:
@@ -167,6 +190,7 @@ class _Edge:
 
         def sync_stream(request: Any, context: Any) -> Iterator[Any]:
             try:
+                self.admit(context)
                 yield from inner(request, context)
             except Exception as exc:
                 self.fail_sync(context, exc)
@@ -175,15 +199,21 @@ class _Edge:
 
 
 def with_service_errors(
-    handler: Any, service: str, method: str = "", translate: Translate | None = None
+    handler: Any,
+    service: str,
+    method: str = "",
+    translate: Translate | None = None,
+    authorize: Authorize | None = None,
+    full_method: str = "",
 ) -> Any:
     """``handler`` (a ``grpc.RpcMethodHandler``) whose exceptions leave as statuses with fault.
 
     ``service`` names the process in the message of an unexpected error (``the
     scheduler failed unexpectedly; see its log``); ``translate`` lets a service
-    map failures it recognises (a full disk) to their own status.
+    map failures it recognises (a full disk) to their own status; ``authorize`` (with the
+    call's ``full_method``) refuses callers before the handler runs.
     """
-    edge = _Edge(service, method, translate)
+    edge = _Edge(service, method, translate, authorize, full_method)
     deserialize, serialize = handler.request_deserializer, handler.response_serializer
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(
@@ -207,12 +237,19 @@ class ServiceErrors(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
     Put it last in the server's list (closest to the servicer), so the
     interceptors before it (metrics, spans) see the status it sets, not the
-    exception.
+    exception. ``authorize`` (an internal service's ``CallerPolicy.check``) runs
+    first in every call, so its refusal is a status like any other.
     """
 
-    def __init__(self, service: str, translate: Translate | None = None) -> None:
+    def __init__(
+        self,
+        service: str,
+        translate: Translate | None = None,
+        authorize: Authorize | None = None,
+    ) -> None:
         self.service = service
         self.translate = translate
+        self.authorize = authorize
         self._wrapped: dict[str, tuple[Any, Any]] = {}
 
     async def intercept_service(
@@ -229,7 +266,12 @@ class ServiceErrors(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         if cached is not None and cached[0] is handler:
             return cached[1]
         wrapped = with_service_errors(
-            handler, self.service, method.rsplit("/", 1)[-1], self.translate
+            handler,
+            self.service,
+            method.rsplit("/", 1)[-1],
+            self.translate,
+            self.authorize,
+            method,
         )
         self._wrapped[method] = (handler, wrapped)
         return wrapped

@@ -40,7 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # not in grpc-stubs
 
 from .address_file import public_address, remove_address_file, write_address_file
-from .service_edge import ServiceErrors, Translate
+from .service_edge import Authorize, ServiceErrors, Translate
 from .tls import scheme_address
 
 CONTROL_PLANE_SERVER_OPTIONS = [
@@ -71,10 +71,13 @@ class ServiceRunner:
         address_file: Path | None = None,
         translate: Translate | None = None,
         announce_tls: bool = False,
+        authorize: Authorize | None = None,
     ) -> None:
         """``announce_tls``: the address (and its file) say ``grpcs://`` (the gateway's and the
         rewards service's endpoints, which clients parse); the executor's stays bare (the
-        control plane tells clients it speaks TLS in ``ExecutorAccess.tls``)."""
+        control plane tells clients it speaks TLS in ``ExecutorAccess.tls``). ``authorize``:
+        an internal service's caller check (``caller_policy``), run before every handler,
+        the health service's included."""
         self.name = name
         self.listen = listen
         self.server_credentials = server_credentials
@@ -83,7 +86,7 @@ class ServiceRunner:
         self.address = ""
         self.server = grpc.aio.server(
             options=list(options),
-            interceptors=[*interceptors, ServiceErrors(name, translate)],
+            interceptors=[*interceptors, ServiceErrors(name, translate, authorize)],
         )
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -62,7 +62,10 @@ What the fake does NOT isolate or enforce:
   is never set by a real command), no network policy, no quotas, no TTL
   reaping, no warm pools; images are names (plus seed files), not root file
   systems. A process that leaves its process group (``setsid``) escapes
-  KillAll and delete. No message size limits; the rewards service is not faked.
+  KillAll and delete. No message size limits; argv and environment are checked
+  by the kernel's execve rule with the host's stack limit. A named file
+  ``owner`` is checked against the sandbox's ``etc/passwd`` but only applied
+  when the fake runs as root. The rewards service is not faked.
 
 Failures are injected with ``fake.fail_next("Run")`` (an infrastructure
 failure by default) and ``fake.reap(sandbox_id)`` (the server deleted it).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import posixpath
 import queue
+import resource
 import secrets
 import threading
 from collections.abc import Iterator, Mapping
@@ -21,8 +22,9 @@ import grpc
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard._proto.orchard.v1 import executor_pb2_grpc as pb_grpc
+from orchard.common.exec_limits import exec_size_error
 
-from . import _files
+from . import _file_ops, _files, _ports
 from ._control import refusals, refusals_streaming
 from ._executor_processes import FakeProcessRpcs
 from ._process import Command, CommandSpec
@@ -36,8 +38,6 @@ from ._world import SANDBOX_ID_RE, SandboxRecord, World
 DEFAULT_OUTPUT_BYTES = 16 << 20
 OUTPUT_CEILING_BYTES = 256 << 20
 MAX_TIMEOUT_SECONDS = 30 * 24 * 3600.0
-MAX_ARGS = 16384
-MAX_ARGV_BYTES = 1 << 20
 MAX_SIGNAL = 64
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -69,13 +69,14 @@ def check_command_fields(start: pb.ExecStart) -> None:
         raise invalid("argv or shell is required")
     if start.argv and not start.argv[0]:
         raise invalid("argv[0] must not be empty")
-    if len(start.argv) > MAX_ARGS:
-        raise invalid(f"argv has {len(start.argv)} entries; the limit is {MAX_ARGS}")
-    if sum(len(a) for a in start.argv) + len(start.shell) > MAX_ARGV_BYTES:
-        raise invalid(f"argv/shell is longer than {MAX_ARGV_BYTES} bytes")
     if any("\0" in a for a in start.argv) or "\0" in start.shell:
         raise invalid("argv and shell must not contain NUL characters")
     check_env(start.env)
+    # The kernel's rule at its 6 MiB ceiling, as the real executor checks it first.
+    argv = list(start.argv) if start.argv else ["/bin/sh", "-c", start.shell]
+    problem = exec_size_error(argv, [f"{k}={v}" for k, v in start.env.items()], None)
+    if problem is not None:
+        raise invalid(problem)
     check_cwd(start.cwd)
     check_timeout(start.timeout_seconds)
 
@@ -160,6 +161,15 @@ class FakeExecutorService(FakeProcessRpcs):
         if not self.run_commands:
             raise _unscripted(call.command)
         env = self._environment(rec, start.user, start.env)
+        # The host's stack limit: the fake's commands are host processes.
+        soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+        problem = exec_size_error(
+            call.argv,
+            [f"{k}={v}" for k, v in env.items()],
+            None if soft == resource.RLIM_INFINITY else soft,
+        )
+        if problem is not None:
+            raise invalid(problem)
         cwd = cwd_parts(start.cwd)
         spec = CommandSpec(
             argv=call.argv,
@@ -325,6 +335,7 @@ class FakeExecutorService(FakeProcessRpcs):
     ) -> pb.WriteFileResponse:
         header, data = _header_and_data(request_iterator, "WriteFileRequest")
         rec = self._sandbox(header.sandbox_id, context)
+        _check_owner(rec.root, header.owner)
         size = _files.write_file(rec.root, header.path, header.mode, header.make_parents, data)
         return pb.WriteFileResponse(size=size)
 
@@ -334,6 +345,7 @@ class FakeExecutorService(FakeProcessRpcs):
     ) -> pb.UploadResponse:
         header, data = _header_and_data(request_iterator, "UploadRequest")
         rec = self._sandbox(header.sandbox_id, context)
+        _check_owner(rec.root, header.owner)
         files, size = _files.upload(rec.root, header.path, data)
         return pb.UploadResponse(files=files, bytes=size)
 
@@ -342,6 +354,57 @@ class FakeExecutorService(FakeProcessRpcs):
         rec = self._sandbox(request.sandbox_id, context)
         for data in _files.download(rec.root, request.path):
             yield pb.TarChunk(data=data)
+
+    # ---- ports ---------------------------------------------------------------------------
+
+    @refusals_streaming
+    def ConnectPort(
+        self, request_iterator: Iterator[pb.PortRequest], context: CallContext
+    ) -> Iterator[pb.PortEvent]:
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "open":
+            raise invalid("the first PortRequest must be `open`")
+        rec = self._sandbox(first.open.sandbox_id, context)
+        _ports.check_open(first.open)
+        with self.world.lock:
+            target = self.world.ports.get((rec.id, first.open.port))
+        yield from _ports.relay(target, first.open.port, request_iterator)
+
+    @refusals
+    def ListDir(self, request: pb.ListDirRequest, context: CallContext) -> pb.ListDirResponse:
+        rec = self._sandbox(request.sandbox_id, context)
+        return _file_ops.list_dir(rec.root, request.path, request.depth, request.max_entries)
+
+    @refusals
+    def Stat(self, request: pb.StatRequest, context: CallContext) -> pb.FileStat:
+        rec = self._sandbox(request.sandbox_id, context)
+        return _file_ops.stat_entry(rec.root, request.path, follow=not request.no_follow)
+
+    @refusals
+    def Remove(self, request: pb.RemoveRequest, context: CallContext) -> pb.RemoveResponse:
+        rec = self._sandbox(request.sandbox_id, context)
+        return pb.RemoveResponse(
+            removed=_file_ops.remove(rec.root, request.path, request.recursive)
+        )
+
+    @refusals
+    def Rename(self, request: pb.RenameRequest, context: CallContext) -> pb.RenameResponse:
+        rec = self._sandbox(request.sandbox_id, context)
+        _file_ops.rename(rec.root, request.source, request.destination)
+        return pb.RenameResponse()
+
+    @refusals
+    def MakeDir(self, request: pb.MakeDirRequest, context: CallContext) -> pb.MakeDirResponse:
+        rec = self._sandbox(request.sandbox_id, context)
+        _check_owner(rec.root, request.owner)
+        created = _file_ops.make_dir(rec.root, request.path, request.parents, request.mode)
+        return pb.MakeDirResponse(created=created)
+
+
+def _check_owner(root: Path, owner: str) -> None:
+    """Refuse an owner the sandbox does not know (applying it needs root: see _file_ops)."""
+    if owner.strip():
+        lookup_user(root, owner)
 
 
 def _header_and_data(requests: Iterator[Any], what: str) -> tuple[Any, Iterator[bytes]]:

@@ -203,6 +203,13 @@ class FakeOrchard:
         """The last policy set (recorded only: the fake enforces none)."""
         return self.sandbox(sandbox_id).network
 
+    def map_port(self, sandbox_id: str, port: int, address: tuple[str, int]) -> None:
+        """Make ``port`` inside the sandbox lead to ``address`` on this machine (a server
+        the test runs): ``forward_port`` / ``connect_port`` then reach it. Unmapped ports
+        are refused like a port nothing listens on (PORT_NOT_LISTENING)."""
+        with self.world.lock:
+            self.world.ports[(self.sandbox(sandbox_id).id, port)] = address
+
     def reap(self, sandbox_id: str, why: str = "expired: its ttl passed") -> None:
         """Delete a sandbox as the server would on its own (TTL reaper, node loss):
         the client's next call on it gets SANDBOX_NOT_FOUND."""

@@ -4,7 +4,7 @@ Each command runs in its own session (a new process group) so a timeout, a
 cancelled call, a signal or KillAll reaches the whole tree, as with the real
 executor. Output is read with one ``selectors`` loop, capped per stream
 (``truncated``), and the outcome follows the real one: exit code, or
-``exit_code=-1`` and the signal number; a command that cannot start
+``exit_code=-N`` and ``signal=N`` for signal N; a command that cannot start
 is a finished exec with a shell's code (127 not found, 126 not executable or
 bad working directory), not an RPC error. After the command exits its pipes
 get a short grace to reach EOF (a background job may hold them open).
@@ -225,7 +225,7 @@ class Command:
             proc.stderr.close()
         yield pb.ExecEvent(
             exit=pb.ExecStatus(
-                exit_code=code if code >= 0 else -1,
+                exit_code=code,  # subprocess's -N is also the API's (common/exit_codes.py)
                 signal=-code if code < 0 else 0,
                 timed_out=self._killed_for_timeout,
                 truncated=truncated["stdout"] or truncated["stderr"],

@@ -184,7 +184,7 @@ class ShellSession:
                 rc = self._proc.poll()
                 if rc is None:
                     rc = self._proc.wait(5)
-                code, signal = (rc, 0) if rc >= 0 else (-1, -rc)
+                code, signal = rc, (0 if rc >= 0 else -rc)  # -N: common/exit_codes.py
                 self.dead_reason = self.dead_reason or "the shell exited"
                 stderr += f"\norchard: session ended: {self.dead_reason}\n".encode()
         status = pb.ExecStatus(

@@ -117,6 +117,8 @@ class World:
         self.by_request_id: dict[tuple[str, str], str] = {}
         # token -> (sandbox id, expiry)
         self.tokens: dict[str, tuple[str, float]] = {}
+        # (sandbox id, port inside) -> the local address it leads to (FakeOrchard.map_port)
+        self.ports: dict[tuple[str, int], tuple[str, int]] = {}
         self.closed = False
 
     @property

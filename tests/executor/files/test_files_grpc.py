@@ -148,3 +148,70 @@ def test_upload_escape_is_refused(node: tuple[Client, Path]) -> None:
         upload(client, "/srv2", build([Member("../escaped", data=b"x")]))
     assert status(info.value) == (grpc.StatusCode.INVALID_ARGUMENT, "PATH_ESCAPE")
     assert not (rootfs / "escaped").exists()
+
+
+def test_file_operation_rpcs(node: tuple[Client, Path]) -> None:
+    """ListDir, Stat, MakeDir, Rename, Remove through the real executor process: wired,
+    authorised per sandbox, refusals with their reasons."""
+    client, rootfs = node
+    md = client.metadata(SANDBOX_ID)
+    made = client.stub.MakeDir(
+        pb.MakeDirRequest(sandbox_id=SANDBOX_ID, path="/ops/a/b", parents=True, mode=0o700),
+        metadata=md,
+    )
+    assert made.created and (os.stat(rootfs / "ops/a/b").st_mode & 0o7777) == 0o700
+    write(client, "/ops/a/f", b"12345")
+    listing = client.stub.ListDir(
+        pb.ListDirRequest(sandbox_id=SANDBOX_ID, path="/ops", depth=3), metadata=md
+    )
+    assert [(e.path, e.type) for e in listing.entries] == [
+        ("/ops/a", pb.FILE_TYPE_DIRECTORY),
+        ("/ops/a/b", pb.FILE_TYPE_DIRECTORY),
+        ("/ops/a/f", pb.FILE_TYPE_FILE),
+    ]
+    assert not listing.truncated
+    got = client.stub.Stat(pb.StatRequest(sandbox_id=SANDBOX_ID, path="/ops/a/f"), metadata=md)
+    assert (got.size, got.mode) == (5, 0o644)
+    client.stub.Rename(
+        pb.RenameRequest(sandbox_id=SANDBOX_ID, source="/ops/a/f", destination="/ops/g"),
+        metadata=md,
+    )
+    assert (rootfs / "ops/g").read_bytes() == b"12345"
+    for call, code, reason in [
+        (
+            lambda: client.stub.Stat(
+                pb.StatRequest(sandbox_id=SANDBOX_ID, path="/ops/a/f"), metadata=md
+            ),
+            grpc.StatusCode.NOT_FOUND,
+            "PATH_NOT_FOUND",
+        ),
+        (
+            lambda: client.stub.Remove(
+                pb.RemoveRequest(sandbox_id=SANDBOX_ID, path="/ops"), metadata=md
+            ),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "IS_A_DIRECTORY",
+        ),
+        (
+            lambda: client.stub.ListDir(
+                pb.ListDirRequest(sandbox_id=SANDBOX_ID, path="/../x"), metadata=md
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "PATH_ESCAPE",
+        ),
+        (  # a token for another sandbox opens nothing here
+            lambda: client.stub.Remove(
+                pb.RemoveRequest(sandbox_id=SANDBOX_ID, path="/ops", recursive=True),
+                metadata=client.metadata("sb-some-other"),
+            ),
+            grpc.StatusCode.UNAUTHENTICATED,
+            "TOKEN_INVALID",
+        ),
+    ]:
+        with pytest.raises(grpc.RpcError) as info:
+            call()
+        assert status(info.value) == (code, reason), info.value
+    removed = client.stub.Remove(
+        pb.RemoveRequest(sandbox_id=SANDBOX_ID, path="/ops", recursive=True), metadata=md
+    )
+    assert removed.removed == 4 and not (rootfs / "ops").exists()

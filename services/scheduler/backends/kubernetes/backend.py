@@ -356,16 +356,21 @@ class KubernetesBackend:
     async def _publish_proxy_entry(self, sandbox_id: str, policy: NetworkPolicySpec | None) -> None:
         """Set (policy) or drop (None) the sandbox's line in the egress proxy's table."""
         api, cache = await self._ready()
-        address = ""
+        address = tenant = ""
         if policy is not None:
             pod = cache.get(sandbox_id)
             address = pod_state(pod).pod_ip if pod is not None else ""
             if not address:
                 raise BackendError.failure(f"pod {sandbox_id} has no IP for the proxy table")
+            # The proxy's per-tenant caps: the full name (annotation), else the label.
+            meta = (pod or {}).get("metadata", {})
+            tenant = (meta.get("annotations") or {}).get(m.A_TENANT) or (
+                meta.get("labels") or {}
+            ).get(m.TENANT, "")
         await api.patch_config_map(
             netk8s.PROXY_CONFIGMAP,
             self.settings.control_namespace,
-            netk8s.proxy_table_patch(sandbox_id, address, policy),
+            netk8s.proxy_table_patch(sandbox_id, address, policy, tenant),
             create_if_missing=policy is not None,
         )
 

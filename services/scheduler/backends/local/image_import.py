@@ -8,6 +8,10 @@
   every blob is checked against its sha256 digest.
 - A plain rootfs folder: copied as one layer (``cp -a``: owners, modes,
   links, xattrs kept).
+- A rootfs tarball (``docker export`` output; plain, gzip, bzip2, xz or zstd):
+  unpacked as one layer (:mod:`.rootfs_tar`). A tar file is one only when it
+  holds neither ``manifest.json`` nor ``oci-layout`` (read to the end to know,
+  so a compressed one is decompressed twice: correctness over speed here).
 
 Every layer is unpacked into its own folder by ``layer_tar`` (whiteouts turned
 into overlayfs ones), so layers stay separate lower dirs. The image is built
@@ -33,6 +37,7 @@ from typing import IO, Any, Protocol
 from ..base import BackendError
 from .images import ImageStore, StoredImage, image_env_defaults, normalize_image_name
 from .layer_tar import LayerError, apply_layer
+from .rootfs_tar import apply_rootfs_tar, compression_of
 
 DIGEST_RE = re.compile(r"^(sha256|sha512):([0-9a-f]{64,128})$")
 INDEX_TYPES = {
@@ -199,6 +204,12 @@ class _Importer:
                     raise LayerError(f"layer {layer['digest']} does not match its digest")
         return _config_env_cwd(config)
 
+    def rootfs_tar(self, source: Path) -> tuple[dict[str, str], str]:
+        layer = self.new_layer()
+        apply_rootfs_tar(source, layer)
+        os.chmod(layer, 0o755)
+        return image_env_defaults({}), "/"
+
     def rootfs_dir(self, source: Path) -> tuple[dict[str, str], str]:
         layer = self.new_layer()
         proc = subprocess.run(
@@ -235,7 +246,8 @@ def _pick_manifest(source: _Source, index: Any, wanted: str, depth: int = 0) -> 
 
 @contextmanager
 def _open_source(source: Path) -> Iterator[tuple[str, _Source | Path]]:
-    """(format, source) for a folder or a tar file: "docker", "oci" or "rootfs"."""
+    """(format, source) for a folder or a tar file: "docker", "oci", "rootfs" (a folder)
+    or "rootfs-tar"."""
     if source.is_dir():
         folder = _DirSource(source)
         if folder.exists("manifest.json"):
@@ -247,22 +259,29 @@ def _open_source(source: Path) -> Iterator[tuple[str, _Source | Path]]:
         return
     if not source.is_file():
         raise BackendError.invalid(f"image source {source} does not exist", reason="INVALID_IMAGE")
+    if compression_of(source) == "zstd":
+        yield "rootfs-tar", source  # docker-save and OCI archives are never zstd as a whole
+        return
     if not tarfile.is_tarfile(source):
-        raise LayerError(f"{source} is neither a folder nor a tar archive")
+        raise LayerError(
+            f"{source} is neither a folder nor a tar archive (plain, gz, bz2, xz, zst)"
+        )
     with tarfile.open(source, mode="r:*") as tar:
         archive = _TarSource(tar)
         if archive.exists("manifest.json"):
             yield "docker", archive
-        elif archive.exists("oci-layout"):
+            return
+        if archive.exists("oci-layout"):
             yield "oci", archive
-        else:
-            raise LayerError(f"{source} is neither a docker-save nor an OCI-layout archive")
+            return
+    yield "rootfs-tar", source  # neither: the tar is a root file system (docker export)
 
 
 def import_image(
     source: Path, name: str, images_dir: Path, *, replace: bool = False
 ) -> StoredImage:
-    """Import ``source`` (docker-save tar/folder, OCI layout tar/folder, rootfs folder) as ``name``."""
+    """Import ``source`` (docker-save tar/folder, OCI layout tar/folder, rootfs folder or
+    tarball) as ``name``."""
     wanted = normalize_image_name(name)
     store = ImageStore(images_dir)
     with store.lock():
@@ -278,6 +297,9 @@ def import_image(
                 elif kind == "oci":
                     assert not isinstance(opened, Path)
                     env, cwd = importer.oci_layout(opened, wanted)
+                elif kind == "rootfs-tar":
+                    assert isinstance(opened, Path)
+                    env, cwd = importer.rootfs_tar(opened)
                 else:
                     assert isinstance(opened, Path)
                     env, cwd = importer.rootfs_dir(opened)

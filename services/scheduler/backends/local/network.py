@@ -26,6 +26,7 @@ from ..netpolicy.local import NETWORK_FILE, Attachment, LocalNetwork, merge_prox
 from ..netpolicy.nftables import NftError
 from ..netpolicy.policy import NetworkPolicySpec
 from ..netpolicy.settings import NetworkSettings
+from .oci_config import TENANT_GROUP_RE
 
 T = TypeVar("T")
 InThread = Callable[[Callable[[], T]], Awaitable[T]]
@@ -78,7 +79,8 @@ class SandboxNetworking:
         if proxy is None:
             return
         if attachment is not None and attachment.address is not None:
-            proxy.set_policy(attachment.address, policy)
+            tenant = await in_thread(functools.partial(_tenant_key, self.layout, sandbox_id))
+            proxy.set_policy(attachment.address, policy, tenant)
         elif before is not None and before.address is not None:
             proxy.forget(before.address)
 
@@ -137,6 +139,21 @@ def _init_pid(layout: NodeLayout, sandbox_id: str) -> int:
         return SandboxMeta.from_json(layout.sandbox(sandbox_id).meta_file.read_text()).init_pid
     except (OSError, ValueError, KeyError, TypeError):
         return 0
+
+
+def _tenant_key(layout: NodeLayout, sandbox_id: str) -> str:
+    """The key the egress proxy's per-tenant caps count ``sandbox_id`` under: its tenant's
+    cgroup group (``oci_config.tenant_group``, the folder above the sandbox's memory cgroup,
+    shared by every sandbox of the tenant and kept in sandbox.json across restarts);
+    "" when unknown (the proxy then counts the sandbox as its own tenant): an injected
+    sandbox (its cgroup path is the one inside its container) and a claimed warm-pool
+    member (it stays in the shared ``pool`` group, which is no one tenant's)."""
+    try:
+        meta = SandboxMeta.from_json(layout.sandbox(sandbox_id).meta_file.read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    group = Path(meta.memory_cgroup).parent.name if meta.memory_cgroup else ""
+    return group if TENANT_GROUP_RE.match(group) else ""
 
 
 def _set_proxy_env(layout: NodeLayout, sandbox_id: str, proxy_env: dict[str, str]) -> None:

@@ -18,7 +18,7 @@ tmpfs lives as long as the overlay does; unmounting the overlay frees it.
 
 The trade-off: tmpfs pages are memory, charged to the memory cgroup of the
 process that writes them, i.e. to the sandbox's own ``memory_bytes`` (measured
-in docs/benchmarks.md, "Create/delete at scale"): files count against the
+in docs/benchmarks.md, "The writable layer's tmpfs, observed"): files count against the
 sandbox's memory limit and cannot use the node's memory beyond it.
 ``sandbox_disk_bytes = 0`` keeps upper/work on the home's filesystem instead.
 

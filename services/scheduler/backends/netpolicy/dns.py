@@ -8,7 +8,9 @@ addresses) and caches answers for their TTL (at most five minutes). Each
 upstream query has its own socket (a random source port, so a forged answer
 must guess it as well as the query id), and at most ``max_upstream`` are
 open at once, node-wide; concurrent queries for one name share one upstream
-query. Hostile input raises ``DnsError``; the caller drops the packet.
+query. An upstream that fails (silence past the timeout, SERVFAIL, REFUSED) is
+``lookup``'s None, which the forwarder answers SERVFAIL, at once and never
+cached. Hostile input raises ``DnsError``; the caller drops the packet.
 """
 
 from __future__ import annotations
@@ -163,37 +165,43 @@ class Resolver:
     """A records from one upstream server, cached for their TTL."""
 
     def __init__(
-        self, upstream: tuple[str, int], timeout: float = 2.0, max_upstream: int = 128
+        self, upstream: tuple[str, int], timeout: float = 2.0, max_upstream: int = 256
     ) -> None:
         self.upstream = upstream
         self.timeout = timeout
         self._slots = asyncio.Semaphore(max_upstream)
         self._cache: dict[str, tuple[float, list[ipaddress.IPv4Address]]] = {}
-        self._asking: dict[str, asyncio.Future[list[ipaddress.IPv4Address]]] = {}
+        self._asking: dict[str, asyncio.Future[list[ipaddress.IPv4Address] | None]] = {}
 
     async def resolve(self, name: str) -> list[ipaddress.IPv4Address]:
         """The name's IPv4 addresses; [] when it has none or the upstream fails."""
+        return await self.lookup(name) or []
+
+    async def lookup(self, name: str) -> list[ipaddress.IPv4Address] | None:
+        """The name's IPv4 addresses ([] = it has none), or None when the upstream did not
+        answer in time or answered a failure (the forwarder answers SERVFAIL then, not a
+        NXDOMAIN a stub resolver would believe and cache). Failures are not cached."""
         cached = self._cache.get(name)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
         asking = self._asking.get(name)
         if asking is not None:
             return await asyncio.shield(asking)
-        future: asyncio.Future[list[ipaddress.IPv4Address]] = (
+        future: asyncio.Future[list[ipaddress.IPv4Address] | None] = (
             asyncio.get_running_loop().create_future()
         )
         self._asking[name] = future
         try:
             found = await self._ask(name)
         except BaseException:
-            future.set_result([])  # whoever shares this query sees a failed lookup
+            future.set_result(None)  # whoever shares this query sees a failed lookup
             raise
         finally:
             del self._asking[name]
         future.set_result(found)
         return found
 
-    async def _ask(self, name: str) -> list[ipaddress.IPv4Address]:
+    async def _ask(self, name: str) -> list[ipaddress.IPv4Address] | None:
         qid = int.from_bytes(os.urandom(2), "big")
         loop = asyncio.get_running_loop()
         try:
@@ -203,11 +211,13 @@ class Resolver:
                 )
                 try:
                     transport.sendto(a_query(qid, name))
-                    addresses, ttl, _rcode = parse_a_answer(await protocol.reply, qid)
+                    addresses, ttl, rcode = parse_a_answer(await protocol.reply, qid)
                 finally:
                     transport.close()
         except (TimeoutError, OSError, DnsError):
-            return []
+            return None
+        if rcode not in (0, RCODE_NXDOMAIN):
+            return None  # SERVFAIL, REFUSED, ...: the upstream failed, the name may exist
         now = time.monotonic()
         if len(self._cache) >= MAX_CACHE_ENTRIES:
             self._cache.clear()

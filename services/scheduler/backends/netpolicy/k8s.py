@@ -82,15 +82,22 @@ def proxy_table_key(sandbox_id: str) -> str:
     return f"{sandbox_id}.json"
 
 
-def proxy_table_entry(address: str, policy: NetworkPolicySpec) -> str:
-    """One sandbox's line in the proxy table: the pod IP requests come from, and its policy."""
+def proxy_table_entry(address: str, policy: NetworkPolicySpec, tenant: str = "") -> str:
+    """One sandbox's line in the proxy table: the pod IP requests come from, its policy and
+    its tenant (the proxy's per-tenant caps share one budget between a tenant's pods)."""
     ipaddress.IPv4Address(address)  # refuse anything but an IPv4 pod IP
-    return json.dumps({"address": address, "policy": json.loads(policy.to_json())}, sort_keys=True)
+    entry = {"address": address, "policy": json.loads(policy.to_json())}
+    if tenant:
+        entry["tenant"] = tenant
+    return json.dumps(entry, sort_keys=True)
 
 
-def read_proxy_table(files: dict[str, str]) -> dict[ipaddress.IPv4Address, NetworkPolicySpec]:
-    """The proxy's view of the table (file name -> text); malformed entries are skipped."""
-    table: dict[ipaddress.IPv4Address, NetworkPolicySpec] = {}
+def read_proxy_entries(
+    files: dict[str, str],
+) -> dict[ipaddress.IPv4Address, tuple[NetworkPolicySpec, str]]:
+    """The proxy's view of the table (file name -> text): address -> (policy, tenant; "" if
+    the entry names none); malformed entries are skipped."""
+    table: dict[ipaddress.IPv4Address, tuple[NetworkPolicySpec, str]] = {}
     for name, text in files.items():
         if not name.endswith(".json"):
             continue
@@ -98,21 +105,27 @@ def read_proxy_table(files: dict[str, str]) -> dict[ipaddress.IPv4Address, Netwo
             data = json.loads(text)
             address = ipaddress.IPv4Address(str(data["address"]))
             policy = NetworkPolicySpec.from_json(json.dumps(data["policy"]))
-        except (ValueError, KeyError, TypeError):
+            tenant = str(data.get("tenant", ""))
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
         if policy.networked:
-            table[address] = policy
+            table[address] = (policy, tenant)
     return table
 
 
+def read_proxy_table(files: dict[str, str]) -> dict[ipaddress.IPv4Address, NetworkPolicySpec]:
+    """:func:`read_proxy_entries` without the tenants."""
+    return {address: policy for address, (policy, _) in read_proxy_entries(files).items()}
+
+
 def proxy_table_patch(
-    sandbox_id: str, address: str = "", policy: NetworkPolicySpec | None = None
+    sandbox_id: str, address: str = "", policy: NetworkPolicySpec | None = None, tenant: str = ""
 ) -> Manifest:
     """A merge patch of the table ConfigMap: set the sandbox's entry, or drop it (no policy)."""
     key = proxy_table_key(sandbox_id)
     if policy is None or not policy.networked or not address:
         return {"data": {key: None}}
-    return {"data": {key: proxy_table_entry(address, policy)}}
+    return {"data": {key: proxy_table_entry(address, policy, tenant)}}
 
 
 def proxy_policies_configmap(

@@ -14,12 +14,15 @@ its own upstream connection. A CONNECT tunnel must start with a TLS
 ClientHello, reassembled however fragmented (``tls_hello``), whose SNI names
 the CONNECT target; otherwise it closes before a byte reaches the server.
 
-Per sandbox: at most ``EgressLimits.max_connections`` open connections (the
-next is answered 429), idle tunnels and connections closed after
-``idle_seconds``, heads and ClientHellos bounded in size and time; DNS
-queries waiting for the upstream bounded per sandbox (REFUSED past it) and
-node-wide (``dns.Resolver``). The DNS forwarder answers allowed names only
-(NXDOMAIN otherwise) with the addresses the proxy itself would use; IPv4 only.
+Open connections and DNS queries waiting are each one node-wide budget split per
+sandbox, per tenant and for the node (``shares.Shares``, caps in
+``EgressLimits``): past a cap the connection is answered 429 and the query
+REFUSED, naming the cap, at once. Idle tunnels and connections are closed after
+``idle_seconds``, heads and ClientHellos bounded in size and time; upstream DNS
+sockets are bounded node-wide (``dns.Resolver``), and a query the upstream does
+not answer in ``dns_timeout_seconds`` is answered SERVFAIL. The DNS forwarder
+answers allowed names only (NXDOMAIN otherwise) with the addresses the proxy
+itself would use; IPv4 only.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import resource
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -40,11 +44,14 @@ from .guard import NodeGuard
 from .http_requests import RequestHead, body_length, copy_body, forwarded_head, parse_head
 from .policy import NetworkPolicySpec
 from .settings import EgressLimits
+from .shares import Shares
 from .tls_hello import HelloError, read_client_hello
 
 log = structlog.get_logger("orchard.netpolicy.proxy")
 
 RELAY_CHUNK = 64 * 1024
+FD_HEADROOM = 512
+"""fds the rest of the process (scheduler, gRPC, files) keeps beside the proxy's caps."""
 MAX_RESPONSE_HEAD_BYTES = 64 * 1024
 _REASONS = {
     400: "Bad Request",
@@ -59,11 +66,11 @@ __all__ = ["EgressProxy", "Refused"]
 
 @dataclass
 class _Client:
+    address: ipaddress.IPv4Address
     policy: NetworkPolicySpec
+    tenant: str
+    """The tenant's key in the shares ("" from the caller: the sandbox is its own tenant)."""
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    dns_pending: int = 0
-    at_cap: bool = False
-    """Logged once each time the sandbox reaches its cap, not once per refusal."""
 
 
 class EgressProxy:
@@ -83,6 +90,18 @@ class EgressProxy:
         self.limits = limits
         self.destinations = Destinations(guard, resolver)
         self._clients: dict[ipaddress.IPv4Address, _Client] = {}
+        self.connections = Shares(
+            limits.max_connections,
+            limits.max_connections_per_tenant,
+            limits.max_connections_node,
+            "open proxy connections",
+        )
+        self.dns_pending = Shares(
+            limits.dns_max_pending,
+            limits.dns_max_pending_per_tenant,
+            limits.dns_max_pending_node,
+            "DNS queries waiting",
+        )
         self._server: asyncio.Server | None = None
         self._dns: asyncio.DatagramTransport | None = None
         # 0 = a free port (the local runtime); fixed ports behind a Kubernetes Service.
@@ -92,6 +111,15 @@ class EgressProxy:
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        needed = 2 * self.limits.max_connections_node + self.limits.dns_max_upstream
+        if soft < needed + FD_HEADROOM:
+            # The node cap would not be reached before EMFILE hits the whole process.
+            log.warning(
+                "the fd limit is below what the egress proxy's node caps allow",
+                nofile=soft,
+                needed=needed + FD_HEADROOM,
+            )
         self._server = await asyncio.start_server(
             self._serve_http, self.bind, self.proxy_port, limit=self.limits.max_head_bytes
         )
@@ -113,10 +141,14 @@ class EgressProxy:
 
     # -- policies ------------------------------------------------------------
 
-    def set_policy(self, address: ipaddress.IPv4Address, policy: NetworkPolicySpec) -> None:
-        """Install ``policy`` for ``address``; tunnels opened under the old one are closed."""
+    def set_policy(
+        self, address: ipaddress.IPv4Address, policy: NetworkPolicySpec, tenant: str = ""
+    ) -> None:
+        """Install ``policy`` for ``address``, a sandbox of ``tenant`` (a key shared by the
+        tenant's sandboxes; "" = unknown, the sandbox counts as its own tenant); tunnels
+        opened under the old policy are closed."""
         old = self._clients.get(address)
-        self._clients[address] = _Client(policy)
+        self._clients[address] = _Client(address, policy, tenant or f"sandbox:{address}")
         if old is not None:
             for task in old.tasks:
                 task.cancel()
@@ -155,19 +187,10 @@ class EgressProxy:
         if client is None or task is None:
             writer.close()
             return
-        cap = self.limits.max_connections
-        if len(client.tasks) >= cap:
-            if not client.at_cap:
-                log.warning("proxy connection cap reached", sandbox=peer[0], cap=cap)
-                client.at_cap = True
-            await _refuse(
-                writer,
-                Refused(
-                    429,
-                    f"this sandbox has {cap} open proxy connections, the most it may have; "
-                    "close some and retry",
-                ),
-            )
+        refusal = self.connections.acquire(client.address, client.tenant)
+        if refusal is not None:
+            _sandbox_line(writer, "proxy connection cap reached", why=refusal)
+            await _refuse(writer, Refused(429, f"{refusal}; close some and retry"))
             writer.close()
             return
         client.tasks.add(task)  # type: ignore[arg-type]
@@ -181,7 +204,7 @@ class EgressProxy:
             pass
         finally:
             client.tasks.discard(task)  # type: ignore[arg-type]
-            client.at_cap = client.at_cap and len(client.tasks) >= cap // 2
+            self.connections.release(client.address, client.tenant)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -395,11 +418,10 @@ class _DnsForwarder(asyncio.DatagramProtocol):
             query = dns.parse_query(data)
         except dns.DnsError:
             return
-        if client.dns_pending >= self.proxy.limits.dns_max_pending:
+        if self.proxy.dns_pending.acquire(client.address, client.tenant) is not None:
             # Told, not dropped: the stub resolver gives up at once instead of retrying.
             self._send(dns.answer(query, [], rcode=dns.RCODE_REFUSED), addr)
             return
-        client.dns_pending += 1
         task = asyncio.ensure_future(self._reply(client, query, addr))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -414,12 +436,16 @@ class _DnsForwarder(asyncio.DatagramProtocol):
             elif query.qtype != dns.TYPE_A:
                 reply = dns.answer(query, [])
             else:
-                found = await self.proxy.resolver.resolve(query.name)
-                allowed = self.proxy.destinations.allowed
-                usable = [a for a in found if allowed(policy, a)]
-                reply = dns.answer(query, usable, rcode=0 if usable else dns.RCODE_NXDOMAIN)
+                found = await self.proxy.resolver.lookup(query.name)
+                if found is None:
+                    # The upstream failed or is saturated: say so, at once (not NXDOMAIN).
+                    reply = dns.answer(query, [], rcode=dns.RCODE_SERVFAIL)
+                else:
+                    allowed = self.proxy.destinations.allowed
+                    usable = [a for a in found if allowed(policy, a)]
+                    reply = dns.answer(query, usable, rcode=0 if usable else dns.RCODE_NXDOMAIN)
         finally:
-            client.dns_pending -= 1
+            self.proxy.dns_pending.release(client.address, client.tenant)
         self._send(reply, addr)
 
     def _send(self, reply: bytes, addr: tuple[str | object, int]) -> None:

@@ -26,7 +26,7 @@ import structlog
 
 from .dns import Resolver
 from .guard import NodeGuard
-from .k8s import read_proxy_table
+from .k8s import read_proxy_entries
 from .policy import NetworkPolicySpec
 from .proxy import EgressProxy
 from .settings import NetworkSettings
@@ -36,7 +36,7 @@ log = structlog.get_logger("orchard.netpolicy.proxy_server")
 MAX_TABLE_FILE_BYTES = 64 * 1024
 
 
-def read_table_dir(folder: Path) -> dict[ipaddress.IPv4Address, NetworkPolicySpec]:
+def read_table_dir(folder: Path) -> dict[ipaddress.IPv4Address, tuple[NetworkPolicySpec, str]]:
     """The table in ``folder`` (a mounted ConfigMap); unreadable or huge files are skipped."""
     files: dict[str, str] = {}
     with contextlib.suppress(FileNotFoundError):
@@ -47,7 +47,7 @@ def read_table_dir(folder: Path) -> dict[ipaddress.IPv4Address, NetworkPolicySpe
             with contextlib.suppress(OSError, UnicodeDecodeError):
                 if path.stat().st_size <= MAX_TABLE_FILE_BYTES:
                     files[path.name] = path.read_text()
-    return read_proxy_table(files)
+    return read_proxy_entries(files)
 
 
 class TableSync:
@@ -56,7 +56,7 @@ class TableSync:
     def __init__(self, proxy: EgressProxy, folder: Path) -> None:
         self.proxy = proxy
         self.folder = folder
-        self.current: dict[ipaddress.IPv4Address, NetworkPolicySpec] = {}
+        self.current: dict[ipaddress.IPv4Address, tuple[NetworkPolicySpec, str]] = {}
 
     def sync_once(self) -> int:
         """Apply the folder's table; returns how many entries changed."""
@@ -65,9 +65,9 @@ class TableSync:
         for address in set(self.current) - set(wanted):
             self.proxy.forget(address)
             changed += 1
-        for address, policy in wanted.items():
-            if self.current.get(address) != policy:
-                self.proxy.set_policy(address, policy)
+        for address, (policy, tenant) in wanted.items():
+            if self.current.get(address) != (policy, tenant):
+                self.proxy.set_policy(address, policy, tenant)
                 changed += 1
         self.current = wanted
         if changed:

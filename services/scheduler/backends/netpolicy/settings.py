@@ -16,15 +16,25 @@ DNS_PORT_IN_SANDBOX = 53
 
 @dataclass(frozen=True)
 class EgressLimits:
-    """What one sandbox may hold of the node's egress proxy and DNS forwarder.
+    """What one sandbox, one tenant and the whole node may hold of the node's egress
+    proxy and DNS forwarder.
 
     One proxy (in the scheduler on one machine) serves every sandbox of the
-    node, so each bound is per sandbox: one sandbox reaching it is refused
-    with a clear answer while the others are served."""
+    node, so each budget is node-wide and split (``shares.Shares``): per
+    sandbox, per tenant (below the node's, so one tenant's many sandboxes leave
+    the rest to the others) and for the node (bounding the process's fds and
+    tasks). Whoever reaches a cap is refused with a clear answer naming it (HTTP
+    429, DNS REFUSED) while the others are served."""
 
     max_connections: int = 256
     """Proxy connections one sandbox may have open at once; the next one is
     answered ``429`` naming the cap (ORCHARD_NET_PROXY_MAX_CONNECTIONS)."""
+    max_connections_per_tenant: int = 1024
+    """Proxy connections all of one tenant's sandboxes may have open at once
+    (ORCHARD_NET_PROXY_MAX_CONNECTIONS_PER_TENANT)."""
+    max_connections_node: int = 4096
+    """Proxy connections the node's proxy serves at once, every tenant together; each
+    holds two fds (ORCHARD_NET_PROXY_MAX_CONNECTIONS_NODE)."""
     idle_seconds: float = 300.0
     """A tunnel or request that moves no byte either way for this long is
     closed, and so is a kept-alive connection with no next request
@@ -43,13 +53,33 @@ class EgressLimits:
     dns_max_pending: int = 64
     """DNS queries one sandbox may have waiting for the upstream; the next is
     answered REFUSED at once (ORCHARD_NET_DNS_MAX_PENDING)."""
-    dns_max_upstream: int = 128
+    dns_max_pending_per_tenant: int = 128
+    """DNS queries all of one tenant's sandboxes may have waiting; kept below
+    ``dns_max_upstream`` so one tenant never holds every upstream socket
+    (ORCHARD_NET_DNS_MAX_PENDING_PER_TENANT)."""
+    dns_max_pending_node: int = 1024
+    """DNS queries the node's forwarder has waiting at once, every tenant together
+    (ORCHARD_NET_DNS_MAX_PENDING_NODE)."""
+    dns_max_upstream: int = 256
     """Queries the node's proxy and forwarder may have at the upstream at
     once. Each has its own UDP socket (a random source port makes forged
     answers hard to land), so this bounds their sockets
     (ORCHARD_NET_DNS_MAX_UPSTREAM)."""
     dns_timeout_seconds: float = 2.0
-    """How long an upstream query (waiting for a socket included) may take."""
+    """How long an upstream query (waiting for a socket included) may take; past it
+    the sandbox is answered SERVFAIL (the DNS idle timeout: no query waits longer)."""
+
+    def __post_init__(self) -> None:
+        for sandbox, tenant, node in (
+            ("max_connections", "max_connections_per_tenant", "max_connections_node"),
+            ("dns_max_pending", "dns_max_pending_per_tenant", "dns_max_pending_node"),
+        ):
+            values = [getattr(self, name) for name in (sandbox, tenant, node)]
+            if values != sorted(values):
+                raise ValueError(
+                    f"egress limits: {sandbox} <= {tenant} <= {node} is needed"
+                    f" (got {', '.join(map(str, values))}; {', '.join(_LIMIT_ENV[n] for n in (sandbox, tenant, node))})"
+                )
 
     @classmethod
     def from_env(cls) -> EgressLimits:
@@ -71,10 +101,14 @@ class EgressLimits:
 
 _LIMIT_ENV = {
     "max_connections": "ORCHARD_NET_PROXY_MAX_CONNECTIONS",
+    "max_connections_per_tenant": "ORCHARD_NET_PROXY_MAX_CONNECTIONS_PER_TENANT",
+    "max_connections_node": "ORCHARD_NET_PROXY_MAX_CONNECTIONS_NODE",
     "idle_seconds": "ORCHARD_NET_PROXY_IDLE_SECONDS",
     "head_seconds": "ORCHARD_NET_PROXY_HEAD_SECONDS",
     "hello_seconds": "ORCHARD_NET_TLS_HELLO_SECONDS",
     "dns_max_pending": "ORCHARD_NET_DNS_MAX_PENDING",
+    "dns_max_pending_per_tenant": "ORCHARD_NET_DNS_MAX_PENDING_PER_TENANT",
+    "dns_max_pending_node": "ORCHARD_NET_DNS_MAX_PENDING_NODE",
     "dns_max_upstream": "ORCHARD_NET_DNS_MAX_UPSTREAM",
 }
 

@@ -50,9 +50,13 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The sandbox hit one of its own limits (pids, memory, open files): the
     task's doing, not the platform's.
     """
-    PROCESS_NOT_FOUND: _ErrorReason.ValueType  # 21
+    PORT_NOT_LISTENING: _ErrorReason.ValueType  # 21
+    """Nothing accepts connections on that port inside the sandbox."""
+    PORT_CONNECTION_RESET: _ErrorReason.ValueType  # 22
+    """A forwarded connection was reset by its peer inside the sandbox."""
+    PROCESS_NOT_FOUND: _ErrorReason.ValueType  # 23
     """No background process of that id in the sandbox (or it finished too long ago)."""
-    PROCESS_STATE: _ErrorReason.ValueType  # 22
+    PROCESS_STATE: _ErrorReason.ValueType  # 24
     """The process cannot take this now: it has exited, has no stdin, has no
     terminal (resize) or has one (close_stdin).
     """
@@ -88,9 +92,13 @@ SANDBOX_RESOURCE_LIMIT: ErrorReason.ValueType  # 20
 """The sandbox hit one of its own limits (pids, memory, open files): the
 task's doing, not the platform's.
 """
-PROCESS_NOT_FOUND: ErrorReason.ValueType  # 21
+PORT_NOT_LISTENING: ErrorReason.ValueType  # 21
+"""Nothing accepts connections on that port inside the sandbox."""
+PORT_CONNECTION_RESET: ErrorReason.ValueType  # 22
+"""A forwarded connection was reset by its peer inside the sandbox."""
+PROCESS_NOT_FOUND: ErrorReason.ValueType  # 23
 """No background process of that id in the sandbox (or it finished too long ago)."""
-PROCESS_STATE: ErrorReason.ValueType  # 22
+PROCESS_STATE: ErrorReason.ValueType  # 24
 """The process cannot take this now: it has exited, has no stdin, has no
 terminal (resize) or has one (close_stdin).
 """

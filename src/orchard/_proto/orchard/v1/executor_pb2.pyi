@@ -11,6 +11,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -21,6 +22,33 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _FileType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FileTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FileType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FILE_TYPE_UNSPECIFIED: _FileType.ValueType  # 0
+    FILE_TYPE_FILE: _FileType.ValueType  # 1
+    FILE_TYPE_DIRECTORY: _FileType.ValueType  # 2
+    FILE_TYPE_SYMLINK: _FileType.ValueType  # 3
+    FILE_TYPE_FIFO: _FileType.ValueType  # 4
+    FILE_TYPE_SOCKET: _FileType.ValueType  # 5
+    FILE_TYPE_CHAR_DEVICE: _FileType.ValueType  # 6
+    FILE_TYPE_BLOCK_DEVICE: _FileType.ValueType  # 7
+
+class FileType(_FileType, metaclass=_FileTypeEnumTypeWrapper): ...
+
+FILE_TYPE_UNSPECIFIED: FileType.ValueType  # 0
+FILE_TYPE_FILE: FileType.ValueType  # 1
+FILE_TYPE_DIRECTORY: FileType.ValueType  # 2
+FILE_TYPE_SYMLINK: FileType.ValueType  # 3
+FILE_TYPE_FIFO: FileType.ValueType  # 4
+FILE_TYPE_SOCKET: FileType.ValueType  # 5
+FILE_TYPE_CHAR_DEVICE: FileType.ValueType  # 6
+FILE_TYPE_BLOCK_DEVICE: FileType.ValueType  # 7
+Global___FileType: _TypeAlias = FileType  # noqa: Y015
 
 @_typing.final
 class ExecStart(_message.Message):
@@ -141,7 +169,9 @@ class ExecStatus(_message.Message):
     STDERR_TRUNCATED_FIELD_NUMBER: _builtins.int
     DURATION_SECONDS_FIELD_NUMBER: _builtins.int
     exit_code: _builtins.int
-    """Exit code if the command exited; -1 if it was killed by a signal."""
+    """Exit code if the command exited; -N if signal N killed it (subprocess's
+    returncode convention; executors before this change sent -1).
+    """
     signal: _builtins.int
     """Signal number that killed the command, 0 if it exited."""
     timed_out: _builtins.bool
@@ -481,12 +511,18 @@ class WriteFileHeader(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     MAKE_PARENTS_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
     sandbox_id: _builtins.str
     path: _builtins.str
     mode: _builtins.int
     """Permission bits; 0 means 0644."""
     make_parents: _builtins.bool
     """Create missing parent directories."""
+    owner: _builtins.str
+    """Owner of the file (and of the parents this call creates): a user name or
+    uid[:gid] resolved in the sandbox's /etc/passwd and /etc/group; empty
+    means the sandbox's root for a new file, the old owner for a replaced one.
+    """
     def __init__(
         self,
         *,
@@ -494,10 +530,11 @@ class WriteFileHeader(_message.Message):
         path: _builtins.str = ...,
         mode: _builtins.int = ...,
         make_parents: _builtins.bool = ...,
+        owner: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["make_parents", b"make_parents", "mode", b"mode", "path", b"path", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["make_parents", b"make_parents", "mode", b"mode", "owner", b"owner", "path", b"path", "sandbox_id", b"sandbox_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -553,20 +590,26 @@ class UploadHeader(_message.Message):
 
     SANDBOX_ID_FIELD_NUMBER: _builtins.int
     PATH_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
     sandbox_id: _builtins.str
     path: _builtins.str
     """Directory inside the sandbox that the tar stream is unpacked into; it is
     created if missing.
+    """
+    owner: _builtins.str
+    """Owner of everything unpacked (and of directories made): as
+    WriteFileHeader.owner; empty means the sandbox's root.
     """
     def __init__(
         self,
         *,
         sandbox_id: _builtins.str = ...,
         path: _builtins.str = ...,
+        owner: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["owner", b"owner", "path", b"path", "sandbox_id", b"sandbox_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -706,6 +749,378 @@ class KillAllResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KillAllResponse: _TypeAlias = KillAllResponse  # noqa: Y015
+
+@_typing.final
+class FileStat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    MTIME_FIELD_NUMBER: _builtins.int
+    UID_FIELD_NUMBER: _builtins.int
+    GID_FIELD_NUMBER: _builtins.int
+    SYMLINK_TARGET_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The last path component ("" for "/")."""
+    path: _builtins.str
+    """The sandbox path, under the path the client asked for (links not resolved)."""
+    type: Global___FileType.ValueType
+    size: _builtins.int
+    mode: _builtins.int
+    """Permission bits (st_mode & 0o7777)."""
+    mtime: _builtins.float
+    """Modification time, seconds since the epoch."""
+    uid: _builtins.int
+    """Owner as the sandbox sees it (inside its user namespace)."""
+    gid: _builtins.int
+    symlink_target: _builtins.str
+    """Where a symlink points (as stored, not resolved); empty otherwise."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        path: _builtins.str = ...,
+        type: Global___FileType.ValueType = ...,
+        size: _builtins.int = ...,
+        mode: _builtins.int = ...,
+        mtime: _builtins.float = ...,
+        uid: _builtins.int = ...,
+        gid: _builtins.int = ...,
+        symlink_target: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gid", b"gid", "mode", b"mode", "mtime", b"mtime", "name", b"name", "path", b"path", "size", b"size", "symlink_target", b"symlink_target", "type", b"type", "uid", b"uid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileStat: _TypeAlias = FileStat  # noqa: Y015
+
+@_typing.final
+class ListDirRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    DEPTH_FIELD_NUMBER: _builtins.int
+    MAX_ENTRIES_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    path: _builtins.str
+    depth: _builtins.int
+    """0 or 1: the directory's own entries; n: n levels down. At most 64."""
+    max_entries: _builtins.int
+    """0 means the server default (10000); at most 100000."""
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        depth: _builtins.int = ...,
+        max_entries: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["depth", b"depth", "max_entries", b"max_entries", "path", b"path", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDirRequest: _TypeAlias = ListDirRequest  # noqa: Y015
+
+@_typing.final
+class ListDirResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """More entries exist than max_entries allowed."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileStat]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___FileStat] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDirResponse: _TypeAlias = ListDirResponse  # noqa: Y015
+
+@_typing.final
+class StatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    NO_FOLLOW_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    path: _builtins.str
+    no_follow: _builtins.bool
+    """Describe a final symlink itself (lstat) instead of what it points to."""
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        no_follow: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["no_follow", b"no_follow", "path", b"path", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StatRequest: _TypeAlias = StatRequest  # noqa: Y015
+
+@_typing.final
+class RemoveRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    RECURSIVE_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    path: _builtins.str
+    recursive: _builtins.bool
+    """Remove a directory with everything in it (never following symlinks)."""
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        recursive: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "recursive", b"recursive", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRequest: _TypeAlias = RemoveRequest  # noqa: Y015
+
+@_typing.final
+class RemoveResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    """Entries removed (1 for a file; the whole count for a tree)."""
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveResponse: _TypeAlias = RemoveResponse  # noqa: Y015
+
+@_typing.final
+class RenameRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    source: _builtins.str
+    destination: _builtins.str
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        source: _builtins.str = ...,
+        destination: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination", b"destination", "sandbox_id", b"sandbox_id", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenameRequest: _TypeAlias = RenameRequest  # noqa: Y015
+
+@_typing.final
+class RenameResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenameResponse: _TypeAlias = RenameResponse  # noqa: Y015
+
+@_typing.final
+class MakeDirRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    PARENTS_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    path: _builtins.str
+    parents: _builtins.bool
+    """Create missing parents (mkdir -p)."""
+    mode: _builtins.int
+    """Permission bits of the new directories; 0 means 0755."""
+    owner: _builtins.str
+    """As WriteFileHeader.owner."""
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        parents: _builtins.bool = ...,
+        mode: _builtins.int = ...,
+        owner: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "owner", b"owner", "parents", b"parents", "path", b"path", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MakeDirRequest: _TypeAlias = MakeDirRequest  # noqa: Y015
+
+@_typing.final
+class MakeDirResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATED_FIELD_NUMBER: _builtins.int
+    created: _builtins.bool
+    """False when the directory already existed."""
+    def __init__(
+        self,
+        *,
+        created: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MakeDirResponse: _TypeAlias = MakeDirResponse  # noqa: Y015
+
+@_typing.final
+class PortOpen(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    port: _builtins.int
+    """TCP port inside the sandbox, 1..65535."""
+    host: _builtins.str
+    """The sandbox's loopback address to dial: "" or "127.0.0.1" (IPv4), "::1"
+    (IPv6). Anything else is refused: this call reaches the sandbox only.
+    """
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        port: _builtins.int = ...,
+        host: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "port", b"port", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PortOpen: _TypeAlias = PortOpen  # noqa: Y015
+
+@_typing.final
+class PortRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPEN_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    @_builtins.property
+    def open(self) -> Global___PortOpen: ...
+    def __init__(
+        self,
+        *,
+        open: Global___PortOpen | None = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "data"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___PortRequest: _TypeAlias = PortRequest  # noqa: Y015
+
+@_typing.final
+class PortOpened(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    address: _builtins.str
+    """The address dialled inside the sandbox ("127.0.0.1:8000")."""
+    def __init__(
+        self,
+        *,
+        address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PortOpened: _TypeAlias = PortOpened  # noqa: Y015
+
+@_typing.final
+class PortEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPENED_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    EOF_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    eof: _builtins.bool
+    """The peer inside the sandbox closed its sending side (read EOF)."""
+    @_builtins.property
+    def opened(self) -> Global___PortOpened: ...
+    def __init__(
+        self,
+        *,
+        opened: Global___PortOpened | None = ...,
+        data: _builtins.bytes = ...,
+        eof: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "eof", b"eof", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "eof", b"eof", "kind", b"kind", "opened", b"opened"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["opened", "data", "eof"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___PortEvent: _TypeAlias = PortEvent  # noqa: Y015
 
 @_typing.final
 class PtySize(_message.Message):

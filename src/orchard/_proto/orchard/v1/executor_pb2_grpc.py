@@ -90,6 +90,36 @@ class ExecutorServiceStub(object):
                 request_serializer=orchard_dot_v1_dot_executor__pb2.KillAllRequest.SerializeToString,
                 response_deserializer=orchard_dot_v1_dot_executor__pb2.KillAllResponse.FromString,
                 _registered_method=True)
+        self.ConnectPort = channel.stream_stream(
+                '/orchard.v1.ExecutorService/ConnectPort',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.PortRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.PortEvent.FromString,
+                _registered_method=True)
+        self.ListDir = channel.unary_unary(
+                '/orchard.v1.ExecutorService/ListDir',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.ListDirRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.ListDirResponse.FromString,
+                _registered_method=True)
+        self.Stat = channel.unary_unary(
+                '/orchard.v1.ExecutorService/Stat',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.StatRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.FileStat.FromString,
+                _registered_method=True)
+        self.Remove = channel.unary_unary(
+                '/orchard.v1.ExecutorService/Remove',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.RemoveRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.RemoveResponse.FromString,
+                _registered_method=True)
+        self.Rename = channel.unary_unary(
+                '/orchard.v1.ExecutorService/Rename',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.RenameRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.RenameResponse.FromString,
+                _registered_method=True)
+        self.MakeDir = channel.unary_unary(
+                '/orchard.v1.ExecutorService/MakeDir',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.MakeDirRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.MakeDirResponse.FromString,
+                _registered_method=True)
         self.StartProcess = channel.unary_unary(
                 '/orchard.v1.ExecutorService/StartProcess',
                 request_serializer=orchard_dot_v1_dot_executor__pb2.StartProcessRequest.SerializeToString,
@@ -196,6 +226,56 @@ class ExecutorServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConnectPort(self, request_iterator, context):
+        """One TCP connection to a port on the sandbox's own loopback, as bytes both
+        ways. The first request is `open`; `opened` answers once the connection
+        inside is made (refused: FAILED_PRECONDITION / PORT_NOT_LISTENING). Then
+        `data` flows both ways; the client ending its request stream half-closes
+        (shutdown SHUT_WR inside), `eof` says the peer inside stopped sending, and
+        the call ends when both sides are done. No network policy is involved:
+        nothing but the sandbox's loopback is ever dialled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDir(self, request, context):
+        """File operations beside read/write (all confined like ReadFile/WriteFile).
+        The entries of a directory, optionally recursing `depth` levels (symlinks
+        are listed, never followed); at most `max_entries`, `truncated` says more.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stat(self, request, context):
+        """One entry's metadata (FileStat); NOT_FOUND / PATH_NOT_FOUND if it is missing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Remove(self, request, context):
+        """Remove a file, symlink or empty directory; a whole tree with `recursive`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Rename(self, request, context):
+        """rename(2) inside the sandbox: replaces a file at `destination`, like mv.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MakeDir(self, request, context):
+        """mkdir, or mkdir -p with `parents`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def StartProcess(self, request, context):
         """Background processes and terminals: a command started without a stream
         tied to it. It runs until it exits (or its timeout, or the sandbox goes);
@@ -292,6 +372,36 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.KillAll,
                     request_deserializer=orchard_dot_v1_dot_executor__pb2.KillAllRequest.FromString,
                     response_serializer=orchard_dot_v1_dot_executor__pb2.KillAllResponse.SerializeToString,
+            ),
+            'ConnectPort': grpc.stream_stream_rpc_method_handler(
+                    servicer.ConnectPort,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.PortRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.PortEvent.SerializeToString,
+            ),
+            'ListDir': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDir,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.ListDirRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.ListDirResponse.SerializeToString,
+            ),
+            'Stat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stat,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.StatRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.FileStat.SerializeToString,
+            ),
+            'Remove': grpc.unary_unary_rpc_method_handler(
+                    servicer.Remove,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.RemoveRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.RemoveResponse.SerializeToString,
+            ),
+            'Rename': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rename,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.RenameRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.RenameResponse.SerializeToString,
+            ),
+            'MakeDir': grpc.unary_unary_rpc_method_handler(
+                    servicer.MakeDir,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.MakeDirRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.MakeDirResponse.SerializeToString,
             ),
             'StartProcess': grpc.unary_unary_rpc_method_handler(
                     servicer.StartProcess,
@@ -616,6 +726,168 @@ class ExecutorService(object):
             '/orchard.v1.ExecutorService/KillAll',
             orchard_dot_v1_dot_executor__pb2.KillAllRequest.SerializeToString,
             orchard_dot_v1_dot_executor__pb2.KillAllResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConnectPort(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/orchard.v1.ExecutorService/ConnectPort',
+            orchard_dot_v1_dot_executor__pb2.PortRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.PortEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDir(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/ListDir',
+            orchard_dot_v1_dot_executor__pb2.ListDirRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.ListDirResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/Stat',
+            orchard_dot_v1_dot_executor__pb2.StatRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.FileStat.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Remove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/Remove',
+            orchard_dot_v1_dot_executor__pb2.RemoveRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.RemoveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rename(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/Rename',
+            orchard_dot_v1_dot_executor__pb2.RenameRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.RenameResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MakeDir(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/MakeDir',
+            orchard_dot_v1_dot_executor__pb2.MakeDirRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.MakeDirResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,28 @@ class ExecutorServiceStub:
     command left behind (background jobs, a fork bomb), running commands and
     sessions alike. The sandbox itself stays up and takes new commands.
     """
+    ConnectPort: _grpc.StreamStreamMultiCallable[_executor_pb2.PortRequest, _executor_pb2.PortEvent]
+    """One TCP connection to a port on the sandbox's own loopback, as bytes both
+    ways. The first request is `open`; `opened` answers once the connection
+    inside is made (refused: FAILED_PRECONDITION / PORT_NOT_LISTENING). Then
+    `data` flows both ways; the client ending its request stream half-closes
+    (shutdown SHUT_WR inside), `eof` says the peer inside stopped sending, and
+    the call ends when both sides are done. No network policy is involved:
+    nothing but the sandbox's loopback is ever dialled.
+    """
+    ListDir: _grpc.UnaryUnaryMultiCallable[_executor_pb2.ListDirRequest, _executor_pb2.ListDirResponse]
+    """File operations beside read/write (all confined like ReadFile/WriteFile).
+    The entries of a directory, optionally recursing `depth` levels (symlinks
+    are listed, never followed); at most `max_entries`, `truncated` says more.
+    """
+    Stat: _grpc.UnaryUnaryMultiCallable[_executor_pb2.StatRequest, _executor_pb2.FileStat]
+    """One entry's metadata (FileStat); NOT_FOUND / PATH_NOT_FOUND if it is missing."""
+    Remove: _grpc.UnaryUnaryMultiCallable[_executor_pb2.RemoveRequest, _executor_pb2.RemoveResponse]
+    """Remove a file, symlink or empty directory; a whole tree with `recursive`."""
+    Rename: _grpc.UnaryUnaryMultiCallable[_executor_pb2.RenameRequest, _executor_pb2.RenameResponse]
+    """rename(2) inside the sandbox: replaces a file at `destination`, like mv."""
+    MakeDir: _grpc.UnaryUnaryMultiCallable[_executor_pb2.MakeDirRequest, _executor_pb2.MakeDirResponse]
+    """mkdir, or mkdir -p with `parents`."""
     StartProcess: _grpc.UnaryUnaryMultiCallable[_executor_pb2.StartProcessRequest, _executor_pb2.ProcessInfo]
     """Background processes and terminals: a command started without a stream
     tied to it. It runs until it exits (or its timeout, or the sandbox goes);
@@ -103,6 +125,28 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     command left behind (background jobs, a fork bomb), running commands and
     sessions alike. The sandbox itself stays up and takes new commands.
     """
+    ConnectPort: _aio.StreamStreamMultiCallable[_executor_pb2.PortRequest, _executor_pb2.PortEvent]  # type: ignore[assignment]
+    """One TCP connection to a port on the sandbox's own loopback, as bytes both
+    ways. The first request is `open`; `opened` answers once the connection
+    inside is made (refused: FAILED_PRECONDITION / PORT_NOT_LISTENING). Then
+    `data` flows both ways; the client ending its request stream half-closes
+    (shutdown SHUT_WR inside), `eof` says the peer inside stopped sending, and
+    the call ends when both sides are done. No network policy is involved:
+    nothing but the sandbox's loopback is ever dialled.
+    """
+    ListDir: _aio.UnaryUnaryMultiCallable[_executor_pb2.ListDirRequest, _executor_pb2.ListDirResponse]  # type: ignore[assignment]
+    """File operations beside read/write (all confined like ReadFile/WriteFile).
+    The entries of a directory, optionally recursing `depth` levels (symlinks
+    are listed, never followed); at most `max_entries`, `truncated` says more.
+    """
+    Stat: _aio.UnaryUnaryMultiCallable[_executor_pb2.StatRequest, _executor_pb2.FileStat]  # type: ignore[assignment]
+    """One entry's metadata (FileStat); NOT_FOUND / PATH_NOT_FOUND if it is missing."""
+    Remove: _aio.UnaryUnaryMultiCallable[_executor_pb2.RemoveRequest, _executor_pb2.RemoveResponse]  # type: ignore[assignment]
+    """Remove a file, symlink or empty directory; a whole tree with `recursive`."""
+    Rename: _aio.UnaryUnaryMultiCallable[_executor_pb2.RenameRequest, _executor_pb2.RenameResponse]  # type: ignore[assignment]
+    """rename(2) inside the sandbox: replaces a file at `destination`, like mv."""
+    MakeDir: _aio.UnaryUnaryMultiCallable[_executor_pb2.MakeDirRequest, _executor_pb2.MakeDirResponse]  # type: ignore[assignment]
+    """mkdir, or mkdir -p with `parents`."""
     StartProcess: _aio.UnaryUnaryMultiCallable[_executor_pb2.StartProcessRequest, _executor_pb2.ProcessInfo]  # type: ignore[assignment]
     """Background processes and terminals: a command started without a stream
     tied to it. It runs until it exits (or its timeout, or the sandbox goes);
@@ -210,6 +254,64 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         command left behind (background jobs, a fork bomb), running commands and
         sessions alike. The sandbox itself stays up and takes new commands.
         """
+
+    @_abc_1.abstractmethod
+    def ConnectPort(
+        self,
+        request_iterator: _MaybeAsyncIterator[_executor_pb2.PortRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_executor_pb2.PortEvent], _abc.AsyncIterator[_executor_pb2.PortEvent]]:
+        """One TCP connection to a port on the sandbox's own loopback, as bytes both
+        ways. The first request is `open`; `opened` answers once the connection
+        inside is made (refused: FAILED_PRECONDITION / PORT_NOT_LISTENING). Then
+        `data` flows both ways; the client ending its request stream half-closes
+        (shutdown SHUT_WR inside), `eof` says the peer inside stopped sending, and
+        the call ends when both sides are done. No network policy is involved:
+        nothing but the sandbox's loopback is ever dialled.
+        """
+
+    @_abc_1.abstractmethod
+    def ListDir(
+        self,
+        request: _executor_pb2.ListDirRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.ListDirResponse, _abc.Awaitable[_executor_pb2.ListDirResponse]]:
+        """File operations beside read/write (all confined like ReadFile/WriteFile).
+        The entries of a directory, optionally recursing `depth` levels (symlinks
+        are listed, never followed); at most `max_entries`, `truncated` says more.
+        """
+
+    @_abc_1.abstractmethod
+    def Stat(
+        self,
+        request: _executor_pb2.StatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.FileStat, _abc.Awaitable[_executor_pb2.FileStat]]:
+        """One entry's metadata (FileStat); NOT_FOUND / PATH_NOT_FOUND if it is missing."""
+
+    @_abc_1.abstractmethod
+    def Remove(
+        self,
+        request: _executor_pb2.RemoveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.RemoveResponse, _abc.Awaitable[_executor_pb2.RemoveResponse]]:
+        """Remove a file, symlink or empty directory; a whole tree with `recursive`."""
+
+    @_abc_1.abstractmethod
+    def Rename(
+        self,
+        request: _executor_pb2.RenameRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.RenameResponse, _abc.Awaitable[_executor_pb2.RenameResponse]]:
+        """rename(2) inside the sandbox: replaces a file at `destination`, like mv."""
+
+    @_abc_1.abstractmethod
+    def MakeDir(
+        self,
+        request: _executor_pb2.MakeDirRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.MakeDirResponse, _abc.Awaitable[_executor_pb2.MakeDirResponse]]:
+        """mkdir, or mkdir -p with `parents`."""
 
     @_abc_1.abstractmethod
     def StartProcess(
