@@ -177,7 +177,7 @@ class FakeProcess:
         os.close(master)
         self.finish(
             pb.ExecStatus(
-                exit_code=code if code >= 0 else -1,
+                exit_code=code,  # subprocess's -N, the API's too (common/exit_codes.py)
                 signal=-code if code < 0 else 0,
                 timed_out=timed_out,
                 duration_seconds=time.monotonic() - started,
