@@ -49,6 +49,9 @@ def with_shares(settings: ExecutorSettings) -> ExecutorSettings:
         port_connections_per_sandbox=_env_number("ORCHARD_PORT_CONNECTIONS_PER_SANDBOX", 64),
         port_connections_per_tenant=_env_number("ORCHARD_PORT_CONNECTIONS_PER_TENANT", 512),
         port_connections_node=_env_number("ORCHARD_PORT_CONNECTIONS_NODE", 4096),
+        processes_per_sandbox=_env_number("ORCHARD_PROCESSES_PER_SANDBOX", 64),
+        process_buffer_bytes=_env_number("ORCHARD_PROCESS_BUFFER_KIB", 1024) * 1024,
+        finished_process_seconds=float(os.environ.get("ORCHARD_FINISHED_PROCESS_SECONDS") or 600),
     )
 
 

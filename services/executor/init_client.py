@@ -66,9 +66,10 @@ class InitCommand:
         self._conn = conn
         self.pid = pid
         it = iter(fds)
+        self.pty_fd: int | None = next(it) if request.pty is not None else None
         self.stdin_fd: int | None = next(it) if request.stdin else None
-        self.stdout_fd: int | None = next(it)
-        self.stderr_fd: int | None = next(it)
+        self.stdout_fd: int | None = next(it) if request.pty is None else None
+        self.stderr_fd: int | None = next(it) if request.pty is None else None
         self.status_fd: int | None = next(it) if request.session_fds else None
         self.control_fd: int | None = next(it) if request.session_fds else None
         for fd in fds:
@@ -139,7 +140,7 @@ class InitCommand:
     def close(self) -> None:
         """Close every fd still held and the connection (kills a live tree)."""
         self._stop_reading()
-        for name in ("stdin_fd", "stdout_fd", "stderr_fd", "status_fd", "control_fd"):
+        for name in ("pty_fd", "stdin_fd", "stdout_fd", "stderr_fd", "status_fd", "control_fd"):
             fd = getattr(self, name)
             if fd is not None:
                 setattr(self, name, None)

@@ -17,11 +17,13 @@ FLAG_SESSION_FDS = 2
 FLAG_NEW_SESSION = 4
 FLAG_INLINE_OUTPUT = 8
 FLAG_KILL_ALL = 16
+FLAG_PTY = 32
 
 STAGE_CHDIR = 1
 STAGE_CREDENTIALS = 2
 STAGE_EXEC = 3
 STAGE_OTHER = 4
+STAGE_PTY = 5
 
 # Must match MAX_REQUEST_BYTES / MAX_STRINGS in orchard_init.c. Above what execve can
 # take (orchard.common.exec_limits: at most 6 MiB of strings and pointers, so fewer than
@@ -40,6 +42,7 @@ _HEADER = struct.Struct("<I7I")
 _ERROR = struct.Struct("<II")
 _EXIT = struct.Struct("<iiBQ")
 _SIGNAL = struct.Struct("<cI")
+_PTY_SIZE = struct.Struct("<HH")
 
 
 class ProtocolError(Exception):
@@ -62,6 +65,10 @@ class InitRequest:
     inline_output: bool = False
     """The shim forwards stdout/stderr as 'D' frames on the connection (no 'S',
     no fds); only without ``stdin`` and ``session_fds``."""
+    pty: tuple[int, int] | None = None
+    """A terminal of (rows, cols): the command's fds 0..2 are the slave of a
+    pseudo-terminal the shim allocates in the sandbox, and the 'S' answer carries
+    one fd, the master (excludes ``stdin``, ``session_fds`` and inline output)."""
     kill_all: bool = False
     """Not a command: the shim signals every process of the sandbox but pid 1
     (see :func:`kill_all_request`) and answers 'A' + u32 count."""
@@ -74,11 +81,14 @@ class InitRequest:
             | (FLAG_NEW_SESSION if self.new_session else 0)
             | (FLAG_INLINE_OUTPUT if self.inline_output else 0)
             | (FLAG_KILL_ALL if self.kill_all else 0)
+            | (FLAG_PTY if self.pty is not None else 0)
         )
 
     @property
     def fd_count(self) -> int:
         """How many fds the 'S' answer carries for this request."""
+        if self.pty is not None:
+            return 1
         return 2 + (1 if self.stdin else 0) + (2 if self.session_fds else 0)
 
 
@@ -95,7 +105,8 @@ def encode_request(request: InitRequest) -> bytes:
     if any(b"\0" in s for s in encoded):
         raise ValueError("argv, env and cwd must not contain NUL bytes")
     body_strings = b"\0".join(encoded) + b"\0"
-    body_len = _HEADER.size - 4 + len(body_strings)
+    pty_size = _pty_size(request)
+    body_len = _HEADER.size - 4 + len(pty_size) + len(body_strings)
     if body_len > MAX_REQUEST_BYTES:
         raise ValueError(f"request is {body_len} bytes; the limit is {MAX_REQUEST_BYTES}")
     if request.inline_output and (request.stdin or request.session_fds):
@@ -113,7 +124,19 @@ def encode_request(request: InitRequest) -> bytes:
         len(request.argv),
         len(request.env),
     )
-    return header + body_strings
+    return header + pty_size + body_strings
+
+
+def _pty_size(request: InitRequest) -> bytes:
+    """FLAG_PTY's two u16 after the header: the terminal's rows and columns."""
+    if request.pty is None:
+        return b""
+    if request.stdin or request.session_fds or request.inline_output:
+        raise ValueError("a terminal excludes stdin pipes, session fds and inline output")
+    rows, cols = request.pty
+    if not (1 <= rows <= 0xFFFF and 1 <= cols <= 0xFFFF):
+        raise ValueError(f"terminal size {rows}x{cols} is out of range (1..65535)")
+    return _PTY_SIZE.pack(rows, cols)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ from orchard.common.tokens import Keyring, Revocations, TokenVerifier, decode_sa
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import CallAuthorizer
+from .background import ProcessLimits, ProcessTable
+from .background_rpc import ProcessRpcs
 from .commands import (
     ExecStream,
     OutputLimits,
@@ -53,8 +55,9 @@ log = structlog.get_logger("orchard.executor")
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
-    """ExecutorService: exec, sessions, files (through the file service), ports (ports.py)."""
+class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
+    """ExecutorService: exec, sessions, files (through the file service), ports (ports.py),
+    background processes and terminals (background_rpc.py)."""
 
     def __init__(self, settings: ExecutorSettings, signer: TokenVerifier) -> None:
         self._authorizer = CallAuthorizer(signer)
@@ -77,6 +80,15 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         )
         dialer: PortDialer = LocalDialer() if self._injected else NamespaceDialer()
         self.ports = PortConnections(dialer, settings.port_shares)
+        self.processes = ProcessTable(
+            ProcessLimits(
+                settings.process_shares,
+                settings.process_buffer_bytes,
+                settings.finished_processes_kept,
+                settings.finished_process_seconds,
+            ),
+            self._output,
+        )
 
     def _sandbox(self, sandbox_id: str, context: Context) -> Sandbox:
         self._authorizer.check(sandbox_id, context.invocation_metadata())
@@ -352,5 +364,6 @@ async def serve(settings: ExecutorSettings) -> None:
         await wait_for_stop_signal()
     finally:
         servicer.sessions.close_all()
+        servicer.processes.close_all()
         await runner.stop(settings.shutdown_grace_seconds)
         log.info("executor stopped", address=runner.address)

@@ -81,6 +81,28 @@ class ExecutorSettings:
     the scheduler hands out (its ``--executor-address``; ``--executor-tls`` tells clients).
     None = plaintext; ``unix:`` sockets are always plaintext."""
 
+    processes_per_sandbox: int = 64
+    """Running background processes and terminals one sandbox may hold
+    (``$ORCHARD_PROCESSES_PER_SANDBOX``); RESOURCE_EXHAUSTED past it."""
+    processes_per_tenant: int = 1024
+    """The same for all of one tenant's sandboxes on this node."""
+    processes_node: int = 8192
+    """The same for the whole node."""
+    process_buffer_bytes: int = 1 * MIB
+    """Output a background process keeps for readers (both streams; background.py):
+    past it the oldest bytes are dropped and a reader is told how many
+    (``$ORCHARD_PROCESS_BUFFER_KIB``). Charged to the output shares above."""
+    finished_processes_kept: int = 32
+    """Finished processes whose result and output are kept per sandbox (oldest forgotten first)."""
+    finished_process_seconds: float = 600.0
+    """How long a finished process's result is kept (``$ORCHARD_FINISHED_PROCESS_SECONDS``)."""
+
+    @property
+    def process_shares(self) -> ShareLimits:
+        return ShareLimits(
+            self.processes_per_sandbox, self.processes_per_tenant, self.processes_node
+        )
+
     @property
     def output_shares(self) -> ShareLimits:
         return ShareLimits(

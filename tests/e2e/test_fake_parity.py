@@ -137,6 +137,17 @@ SANDBOX_SCENARIOS: dict[str, Callable[[Sandbox], Any]] = {
     ),
     "an argument past MAX_ARG_STRLEN": lambda sb: sb.exec(["true", "x" * MAX_ARG_STRLEN]),
     "argv past ARG_MAX": lambda sb: sb.exec(["true"] + ["y" * 65535] * 200),
+    "a background process's result": lambda sb: _result(
+        sb.start("echo out; echo err >&2; exit 3").wait(timeout=30)
+    ),
+    "a background process fed and signalled": lambda sb: _fed_and_signalled(sb),
+    "input to a process without stdin": lambda sb: _without_stdin(sb),
+    "an unknown process": lambda sb: sb.process("p-0000000000000000"),
+    "a process that cannot start": lambda sb: sb.start(["no-such-binary-xyz"]),
+    "a bad terminal size": lambda sb: sb.terminal(["true"], rows=0, cols=80),
+    "a terminal's size": lambda sb: _result(
+        sb.terminal(["stty", "size"], rows=7, cols=33).wait(timeout=30)
+    ),
 }
 
 
@@ -171,6 +182,27 @@ def _stat_link(sb: Sandbox) -> Any:
     link = sb.stat("/work/sl/link", follow_symlinks=False)
     followed = sb.stat("/work/sl/link")
     return (link.type, link.symlink_target, followed.type, followed.size, followed.path)
+
+
+def _result(r: Any) -> Outcome:
+    return (r.exit_code, r.status.signal, r.status.timed_out, r.stdout, r.stderr)
+
+
+def _fed_and_signalled(sb: Sandbox) -> Any:
+    cat = sb.start(["cat"], stdin=True)
+    cat.write("fed")
+    cat.close_stdin()
+    sleeper = sb.start(["sleep", "30"])
+    sleeper.signal(15)
+    return _result(cat.wait(timeout=30)), _result(sleeper.wait(timeout=30))
+
+
+def _without_stdin(sb: Sandbox) -> Any:
+    proc = sb.start(["sleep", "30"])
+    try:
+        return proc.write("x")
+    finally:
+        proc.kill()
 
 
 def _tree_round_trip(sb: Sandbox) -> Any:

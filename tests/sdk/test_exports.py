@@ -22,6 +22,8 @@ EXPECTED = {
     "PortForward", "AsyncPortForward", "PortNotListeningError",
     # File operations (client/_files.py) and the errors that are also Python built-ins.
     "FileEntry", "PathExistsError", "PathIsADirectoryError", "PathNotADirectoryError",
+    # Background processes and terminals (client/_processes.py).
+    "Process", "AsyncProcess", "ProcessInfo", "ProcessEvent", "OutputDropped", "ProcessError",
 }  # fmt: skip
 
 

@@ -23,6 +23,7 @@ PAIRS = [
     (orchard.Rewards, orchard.AsyncRewards),
     (orchard.Sandbox, orchard.AsyncSandbox),
     (orchard.Session, orchard.AsyncSession),
+    (orchard.Process, orchard.AsyncProcess),
     (orchard.GrpcTransport, orchard.AsyncGrpcTransport),
     (orchard.PortForward, orchard.AsyncPortForward),
 ]

@@ -34,6 +34,8 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <termios.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,13 +48,19 @@
 /* Not a command: kill every process of the sandbox but pid 1 (argv: "kill-all",
  * signal, a pid to keep or 0); answered 'A' + u32 count. */
 #define FLAG_KILL_ALL 16u
+/* A terminal: the shim allocates a pseudo-terminal in the sandbox, the command
+ * gets its slave as fds 0..2 and controlling terminal (a new session), and the
+ * 'S' answer carries one fd, the master. Two u16 (rows, cols) follow the header. */
+#define FLAG_PTY 32u
 #define FLAG_KNOWN \
-    (FLAG_STDIN | FLAG_SESSION_FDS | FLAG_NEW_SESSION | FLAG_INLINE_OUTPUT | FLAG_KILL_ALL)
+    (FLAG_STDIN | FLAG_SESSION_FDS | FLAG_NEW_SESSION | FLAG_INLINE_OUTPUT | FLAG_KILL_ALL | \
+     FLAG_PTY)
 
 #define STAGE_CHDIR 1u
 #define STAGE_CREDENTIALS 2u
 #define STAGE_EXEC 3u
 #define STAGE_OTHER 4u
+#define STAGE_PTY 5u /* no terminal could be allocated (no /dev/ptmx?) */
 
 /* Bounds on a request: the kernel's own exec limits are below these (at most
    6 MiB of argv + env strings and pointers; the executor checks that rule). */
@@ -77,6 +85,7 @@ struct request {
     uint32_t uid;
     uint32_t gid;
     uint32_t timeout_ms;
+    uint16_t pty_rows, pty_cols; /* FLAG_PTY only */
     char *cwd;
     char **argv; /* NULL-terminated */
     char **envp; /* NULL-terminated */
@@ -185,6 +194,16 @@ static void close_fd(int *fd) {
 
 /* ------------------------------------------------------- request parsing */
 
+/* FLAG_PTY: the terminal's size follows the header; a terminal is a command of
+ * its own kind (no stdin pipe, no session fds, no inline output). */
+static int parse_pty_size(const unsigned char *buf, size_t len, struct request *req) {
+    if (len < 32 || (req->flags & (FLAG_STDIN | FLAG_SESSION_FDS | FLAG_INLINE_OUTPUT)))
+        return -1;
+    req->pty_rows = (uint16_t)(buf[28] | buf[29] << 8);
+    req->pty_cols = (uint16_t)(buf[30] | buf[31] << 8);
+    return 0;
+}
+
 /*
  * Parse the request body. Strings point into buf (which must outlive the
  * request). Returns 0 on success, -1 if anything is malformed.
@@ -218,6 +237,11 @@ static int parse_request(unsigned char *buf, size_t len, struct request *req) {
     if (req->argv == NULL || req->envp == NULL)
         return -1;
     size_t pos = 28;
+    if (req->flags & FLAG_PTY) {
+        if (parse_pty_size(buf, len, req) < 0)
+            return -1;
+        pos = 32;
+    }
     size_t total = 1 + (size_t)argc + (size_t)envc;
     for (size_t i = 0; i < total; i++) {
         if (pos >= len)
@@ -560,7 +584,7 @@ static void child_fail(int err_fd, int err, uint32_t stage) {
  */
 static void run_command(const struct request *req, int stdin_fd, int stdout_fd, int stderr_fd,
                         int fd3, int fd4, int err_fd) {
-    if (req->flags & FLAG_NEW_SESSION) {
+    if (req->flags & (FLAG_NEW_SESSION | FLAG_PTY)) {
         if (setsid() < 0)
             child_fail(err_fd, errno, STAGE_OTHER);
     } else if (setpgid(0, 0) < 0) {
@@ -584,6 +608,8 @@ static void run_command(const struct request *req, int stdin_fd, int stdout_fd, 
         if (dup2(fd3, 3) < 0 || dup2(fd4, 4) < 0)
             child_fail(err_fd, errno, STAGE_OTHER);
     }
+    if ((req->flags & FLAG_PTY) && ioctl(0, TIOCSCTTY, 0) < 0)
+        child_fail(err_fd, errno, STAGE_PTY);
     /* Nothing else may reach the command: everything above is close-on-exec. */
     unsigned int first_private = (req->flags & FLAG_SESSION_FDS) ? 5 : 3;
     if (syscall(SYS_close_range, first_private, ~0u, CLOSE_RANGE_CLOEXEC) < 0) {
@@ -910,6 +936,60 @@ static void send_exit(int conn, int status, int timed_out, uint64_t duration_ns)
     (void)write_all(conn, msg, sizeof msg);
 }
 
+/*
+ * FLAG_PTY: a pseudo-terminal of the sandbox's own devpts (the shim runs in its
+ * mount namespace). The slave, owned by the command's user, replaces the
+ * command's stdin/stdout/stderr pipes (which are closed here); the master is
+ * what the client gets. The size is set before the command starts, so its
+ * first TIOCGWINSZ already sees it. Returns -1 with errno set on failure.
+ */
+static int open_pty(const struct request *req, int *master, int in_pipe[2], int out_pipe[2],
+                    int err_pipe[2]) {
+    int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0)
+        m = open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0)
+        return -1;
+    m = lift_fd(m);
+    int unlock = 0;
+    if (m < 0 || ioctl(m, TIOCSPTLCK, &unlock) < 0)
+        return -1;
+    int s = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (s < 0) {
+        unsigned int n;
+        char path[64];
+        if (ioctl(m, TIOCGPTN, &n) < 0)
+            return -1;
+        snprintf(path, sizeof path, "/dev/pts/%u", n);
+        s = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (s < 0)
+            return -1;
+    }
+    s = lift_fd(s);
+    if (s < 0)
+        return -1;
+    /* Best effort: a terminal owned by the user, as login programs leave it. */
+    (void)!fchown(s, (uid_t)req->uid, (gid_t)req->gid);
+    struct winsize ws = {.ws_row = req->pty_rows ? req->pty_rows : 24,
+                         .ws_col = req->pty_cols ? req->pty_cols : 80};
+    if (ioctl(m, TIOCSWINSZ, &ws) < 0)
+        return -1;
+    close_fd(&in_pipe[0]);
+    close_fd(&in_pipe[1]);
+    close_fd(&out_pipe[0]);
+    close_fd(&out_pipe[1]);
+    close_fd(&err_pipe[0]);
+    close_fd(&err_pipe[1]);
+    /* The child dup2s each of these onto 0..2; the parent closes them after the spawn. */
+    in_pipe[0] = s;
+    out_pipe[1] = fcntl(s, F_DUPFD_CLOEXEC, HIGH_FD);
+    err_pipe[1] = fcntl(s, F_DUPFD_CLOEXEC, HIGH_FD);
+    if (out_pipe[1] < 0 || err_pipe[1] < 0)
+        return -1;
+    *master = m;
+    return 0;
+}
+
 /* Supervise one connection. Never returns. */
 static void run_shim(int conn) {
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -967,6 +1047,13 @@ static void run_shim(int conn) {
     }
     if (ok && (req.flags & FLAG_SESSION_FDS))
         ok = make_channel(fd3_pipe) == 0 && make_channel(fd4_pipe) == 0;
+    int pty_master = -1;
+    if (ok && (req.flags & FLAG_PTY)) {
+        if (open_pty(&req, &pty_master, in_pipe, out_pipe, err_pipe) < 0) {
+            send_error(conn, errno, STAGE_PTY);
+            _exit(1);
+        }
+    }
     if (!ok) {
         send_error(conn, errno, STAGE_OTHER);
         _exit(1);
@@ -1009,10 +1096,14 @@ static void run_shim(int conn) {
         supervise_inline(&sv, out_pipe[0], err_pipe[0]);
     } else {
         int fds[5], nfds = 0;
-        if (req.flags & FLAG_STDIN)
+        if (req.flags & FLAG_PTY)
+            fds[nfds++] = pty_master;
+        else if (req.flags & FLAG_STDIN)
             fds[nfds++] = in_pipe[1];
-        fds[nfds++] = out_pipe[0];
-        fds[nfds++] = err_pipe[0];
+        if (!(req.flags & FLAG_PTY)) {
+            fds[nfds++] = out_pipe[0];
+            fds[nfds++] = err_pipe[0];
+        }
         if (req.flags & FLAG_SESSION_FDS) {
             fds[nfds++] = fd3_pipe[0];
             fds[nfds++] = fd4_pipe[1];

@@ -43,6 +43,7 @@ from . import (
     _ports,
     _rewards,
     _sandboxes,
+    _shell,
     _tenants,
     _token_keys,
     _up,
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sandboxes.register(commands)
     _info.register(commands)
     _delete.register(commands)
+    _shell.register(commands)
     _images.register(commands)
     _tenants.register(commands)
     _token_keys.register(commands)

@@ -36,6 +36,7 @@ from ._errors import (
     PathNotFoundError,
     PermissionDeniedError,
     PortNotListeningError,
+    ProcessError,
     QuotaExceededError,
     SandboxError,
     SandboxLimitError,
@@ -58,6 +59,9 @@ from ._network import NetworkPolicy
 from ._pools import PoolInfo
 from ._ports_async import AsyncPortForward
 from ._ports_sync import PortForward
+from ._process_async import AsyncProcess
+from ._process_sync import Process
+from ._processes import OutputDropped, ProcessEvent, ProcessInfo
 from ._rewards import AsyncRewards, GradeReport, JudgeVerdict, ProcessReward, Rewards
 from ._sync import Sandbox, Session
 from ._sync_client import Images, Orchard, Pools, Sandboxes
@@ -80,6 +84,7 @@ __all__ = [
     "AsyncOrchard",
     "AsyncPools",
     "AsyncPortForward",
+    "AsyncProcess",
     "AsyncRewards",
     "AsyncSandbox",
     "AsyncSandboxes",
@@ -108,6 +113,7 @@ __all__ = [
     "Orchard",
     "OrchardError",
     "OutputChunk",
+    "OutputDropped",
     "PathError",
     "PathEscapeError",
     "PathExistsError",
@@ -119,6 +125,10 @@ __all__ = [
     "Pools",
     "PortForward",
     "PortNotListeningError",
+    "Process",
+    "ProcessError",
+    "ProcessEvent",
+    "ProcessInfo",
     "ProcessReward",
     "QuotaExceededError",
     "Rewards",

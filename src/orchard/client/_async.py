@@ -40,6 +40,7 @@ from ._models import (
 )
 from ._network import NetworkPolicy
 from ._ports_async import AsyncPortForward, connect_port
+from ._process_async import AsyncSandboxProcesses
 
 if TYPE_CHECKING:
     from ._async_client import AsyncOrchard
@@ -48,7 +49,7 @@ _END = object()
 R = TypeVar("R")
 
 
-class AsyncSandbox(SandboxCore):
+class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
     """A sandbox, driven from asyncio. Make one with ``await client.sandboxes.create(...)``
     (or ``await AsyncSandbox.create(...)``, which uses the default client).
 

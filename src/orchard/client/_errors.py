@@ -20,6 +20,7 @@
     │   ├── SandboxNotReadyError
     │   ├── SessionError               session unknown, busy or dead
     │   ├── SandboxLimitError          the sandbox hit its own pids/memory limit
+    │   ├── ProcessError               background process unknown, or not in a state for that
     │   └── PortNotListeningError      nothing accepts on that port inside (also a
     │                                  builtins.ConnectionRefusedError)
     ├── QuotaExceededError             over a quota; ``retry_after`` seconds if known
@@ -161,6 +162,10 @@ class SessionError(SandboxError):
     """A shell session is unknown, busy or dead."""
 
 
+class ProcessError(SandboxError):
+    """A background process is unknown (or forgotten), or cannot take that call now."""
+
+
 class SandboxLimitError(SandboxError):
     """The sandbox hit one of its own limits (pids, memory): the task's fault, not the platform's."""
 
@@ -205,6 +210,8 @@ _BY_REASON: dict[str, type[OrchardError]] = {
     "SESSION_NOT_FOUND": SessionError,
     "SESSION_BUSY": SessionError,
     "SESSION_DEAD": SessionError,
+    "PROCESS_NOT_FOUND": ProcessError,
+    "PROCESS_STATE": ProcessError,
     "TOKEN_INVALID": AuthenticationError,
     "API_KEY_INVALID": AuthenticationError,
     "QUOTA_EXCEEDED": QuotaExceededError,

@@ -36,12 +36,13 @@ from ._models import (
 )
 from ._network import NetworkPolicy
 from ._ports_sync import PortForward, connect_port
+from ._process_sync import SandboxProcesses
 
 if TYPE_CHECKING:
     from ._sync_client import Orchard
 
 
-class Sandbox(SandboxCore):
+class Sandbox(SandboxProcesses, SandboxCore):
     """A sandbox, driven synchronously. Make one with ``client.sandboxes.create(...)``
     (or :meth:`create`, which uses the default client).
 

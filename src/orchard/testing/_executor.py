@@ -26,6 +26,7 @@ from orchard.common.exec_limits import exec_size_error
 
 from . import _file_ops, _files, _ports
 from ._control import refusals, refusals_streaming
+from ._executor_processes import FakeProcessRpcs
 from ._process import Command, CommandSpec
 from ._rpc import CallContext
 from ._sandboxes import SandboxRuntimes
@@ -110,7 +111,7 @@ def lookup_user(root: Path, user: str) -> tuple[str, str]:
     raise not_found(f"user {name!r} does not exist in the sandbox", "USER_NOT_FOUND")
 
 
-class FakeExecutorService:
+class FakeExecutorService(FakeProcessRpcs):
     def __init__(
         self, world: World, runtimes: SandboxRuntimes, scripts: Scripts, run_commands: bool
     ) -> None:

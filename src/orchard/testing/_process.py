@@ -139,6 +139,16 @@ class Command:
             return
         self._groups.add(self._proc.pid)
 
+    @property
+    def failure(self) -> tuple[int, bytes] | None:
+        """(exit code, shell message) when the command could not start."""
+        return self._failure
+
+    @property
+    def pid(self) -> int | None:
+        """The started command's pid (None before start or if it could not start)."""
+        return self._proc.pid if self._proc is not None else None
+
     def write_stdin(self, data: bytes) -> None:
         proc = self._proc
         if proc is not None and proc.stdin is not None:

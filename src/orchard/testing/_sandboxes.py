@@ -6,6 +6,7 @@ import signal as signals
 import threading
 from dataclasses import dataclass, field
 
+from ._background import FakeProcesses
 from ._process import ProcessGroups
 from ._sessions import ScriptedSession, ShellSession
 from ._status import not_found, precondition
@@ -19,6 +20,7 @@ class SandboxRuntime:
     # A session that died (timed out past SIGINT, shell exited) stays here and answers
     # SESSION_DEAD; a closed one is removed and answers SESSION_NOT_FOUND.
     sessions: dict[str, ShellSession | ScriptedSession] = field(default_factory=dict)
+    processes: FakeProcesses = field(default_factory=FakeProcesses)
 
 
 class SandboxRuntimes:
@@ -68,6 +70,7 @@ class SandboxRuntimes:
             return
         for session in runtime.sessions.values():
             session.close()
+        runtime.processes.kill_all()
         runtime.groups.signal_all(signals.SIGKILL)
 
     def discard_all(self) -> None:

@@ -183,6 +183,11 @@ def fuzz_init(data: bytes) -> None:
             timeout_ms=fdp.ConsumeIntInRange(-5, 1 << 40),
             stdin=fdp.ConsumeBool(),
             inline_output=fdp.ConsumeBool(),
+            pty=(
+                (fdp.ConsumeIntInRange(-1, 70000), fdp.ConsumeIntInRange(-1, 70000))
+                if fdp.ConsumeBool()
+                else None
+            ),
         )
         encoded = init_protocol.encode_request(request)
     except ValueError:

@@ -54,6 +54,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """Nothing accepts connections on that port inside the sandbox."""
     PORT_CONNECTION_RESET: _ErrorReason.ValueType  # 22
     """A forwarded connection was reset by its peer inside the sandbox."""
+    PROCESS_NOT_FOUND: _ErrorReason.ValueType  # 23
+    """No background process of that id in the sandbox (or it finished too long ago)."""
+    PROCESS_STATE: _ErrorReason.ValueType  # 24
+    """The process cannot take this now: it has exited, has no stdin, has no
+    terminal (resize) or has one (close_stdin).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed, beyond its gRPC status code. Servers send the name of the
@@ -90,6 +96,12 @@ PORT_NOT_LISTENING: ErrorReason.ValueType  # 21
 """Nothing accepts connections on that port inside the sandbox."""
 PORT_CONNECTION_RESET: ErrorReason.ValueType  # 22
 """A forwarded connection was reset by its peer inside the sandbox."""
+PROCESS_NOT_FOUND: ErrorReason.ValueType  # 23
+"""No background process of that id in the sandbox (or it finished too long ago)."""
+PROCESS_STATE: ErrorReason.ValueType  # 24
+"""The process cannot take this now: it has exited, has no stdin, has no
+terminal (resize) or has one (close_stdin).
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 @_typing.final

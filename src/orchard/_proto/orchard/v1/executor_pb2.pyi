@@ -1121,3 +1121,325 @@ class PortEvent(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___PortEvent: _TypeAlias = PortEvent  # noqa: Y015
+
+@_typing.final
+class PtySize(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    COLS_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    cols: _builtins.int
+    def __init__(
+        self,
+        *,
+        rows: _builtins.int = ...,
+        cols: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cols", b"cols", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PtySize: _TypeAlias = PtySize  # noqa: Y015
+
+@_typing.final
+class StartProcessRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    PTY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start(self) -> Global___ExecStart:
+        """The command; `stdin` keeps its stdin open for ProcessInput (ignored with a
+        terminal, whose input is always open); max_output_bytes is not used (the
+        buffer's size is the executor's).
+        """
+
+    @_builtins.property
+    def pty(self) -> Global___PtySize:
+        """Set: run it on a terminal of this size (stdout only; stderr goes there too)."""
+
+    def __init__(
+        self,
+        *,
+        start: Global___ExecStart | None = ...,
+        pty: Global___PtySize | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pty", b"pty", "start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pty", b"pty", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartProcessRequest: _TypeAlias = StartProcessRequest  # noqa: Y015
+
+@_typing.final
+class ProcessInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PROCESS_ID_FIELD_NUMBER: _builtins.int
+    ARGV_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PTY_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    OUTPUT_BYTES_FIELD_NUMBER: _builtins.int
+    DROPPED_BYTES_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    process_id: _builtins.str
+    started_at: _builtins.float
+    """Unix time (seconds) when it started."""
+    state: _builtins.str
+    """"running", "exited", or "lost" (the sandbox's init went away)."""
+    pty: _builtins.bool
+    pid: _builtins.int
+    """Its pid inside the sandbox."""
+    output_bytes: _builtins.int
+    """Bytes it has written so far (both streams), and how many of the oldest the
+    bounded buffer has dropped.
+    """
+    dropped_bytes: _builtins.int
+    @_builtins.property
+    def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def status(self) -> Global___ExecStatus:
+        """Set once it has exited."""
+
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        process_id: _builtins.str = ...,
+        argv: _abc.Iterable[_builtins.str] | None = ...,
+        started_at: _builtins.float = ...,
+        state: _builtins.str = ...,
+        pty: _builtins.bool = ...,
+        pid: _builtins.int = ...,
+        status: Global___ExecStatus | None = ...,
+        output_bytes: _builtins.int = ...,
+        dropped_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "dropped_bytes", b"dropped_bytes", "output_bytes", b"output_bytes", "pid", b"pid", "process_id", b"process_id", "pty", b"pty", "sandbox_id", b"sandbox_id", "started_at", b"started_at", "state", b"state", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProcessInfo: _TypeAlias = ProcessInfo  # noqa: Y015
+
+@_typing.final
+class ListProcessesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListProcessesRequest: _TypeAlias = ListProcessesRequest  # noqa: Y015
+
+@_typing.final
+class ListProcessesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROCESSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def processes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProcessInfo]: ...
+    def __init__(
+        self,
+        *,
+        processes: _abc.Iterable[Global___ProcessInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["processes", b"processes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListProcessesResponse: _TypeAlias = ListProcessesResponse  # noqa: Y015
+
+@_typing.final
+class AttachProcessRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PROCESS_ID_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    FROM_NOW_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    process_id: _builtins.str
+    offset: _builtins.int
+    """Start at this offset of the process's output (both streams counted in the
+    order they were read; 0 = from the start); ignored with from_now.
+    """
+    from_now: _builtins.bool
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        process_id: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        from_now: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_now", b"from_now", "offset", b"offset", "process_id", b"process_id", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachProcessRequest: _TypeAlias = AttachProcessRequest  # noqa: Y015
+
+@_typing.final
+class ProcessEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STDOUT_FIELD_NUMBER: _builtins.int
+    STDERR_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
+    EXIT_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    stdout: _builtins.bytes
+    stderr: _builtins.bytes
+    dropped: _builtins.int
+    """This many bytes before `offset` were dropped from the buffer (overflow)
+    and cannot be read any more.
+    """
+    offset: _builtins.int
+    """The output offset just after this event: resume an attach there."""
+    @_builtins.property
+    def exit(self) -> Global___ExecStatus: ...
+    def __init__(
+        self,
+        *,
+        stdout: _builtins.bytes = ...,
+        stderr: _builtins.bytes = ...,
+        dropped: _builtins.int = ...,
+        exit: Global___ExecStatus | None = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["dropped", b"dropped", "exit", b"exit", "kind", b"kind", "stderr", b"stderr", "stdout", b"stdout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped", b"dropped", "exit", b"exit", "kind", b"kind", "offset", b"offset", "stderr", b"stderr", "stdout", b"stdout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["stdout", "stderr", "dropped", "exit"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___ProcessEvent: _TypeAlias = ProcessEvent  # noqa: Y015
+
+@_typing.final
+class ProcessInputRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PROCESS_ID_FIELD_NUMBER: _builtins.int
+    STDIN_FIELD_NUMBER: _builtins.int
+    CLOSE_STDIN_FIELD_NUMBER: _builtins.int
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    RESIZE_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    process_id: _builtins.str
+    stdin: _builtins.bytes
+    close_stdin: _builtins.bool
+    signal: _builtins.int
+    @_builtins.property
+    def resize(self) -> Global___PtySize: ...
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        process_id: _builtins.str = ...,
+        stdin: _builtins.bytes = ...,
+        close_stdin: _builtins.bool = ...,
+        signal: _builtins.int = ...,
+        resize: Global___PtySize | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["close_stdin", b"close_stdin", "kind", b"kind", "resize", b"resize", "signal", b"signal", "stdin", b"stdin"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_stdin", b"close_stdin", "kind", b"kind", "process_id", b"process_id", "resize", b"resize", "sandbox_id", b"sandbox_id", "signal", b"signal", "stdin", b"stdin"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["stdin", "close_stdin", "signal", "resize"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___ProcessInputRequest: _TypeAlias = ProcessInputRequest  # noqa: Y015
+
+@_typing.final
+class ProcessInputResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProcessInputResponse: _TypeAlias = ProcessInputResponse  # noqa: Y015
+
+@_typing.final
+class WaitProcessRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    PROCESS_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    process_id: _builtins.str
+    timeout_seconds: _builtins.float
+    """0 = answer now."""
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        process_id: _builtins.str = ...,
+        timeout_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["process_id", b"process_id", "sandbox_id", b"sandbox_id", "timeout_seconds", b"timeout_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitProcessRequest: _TypeAlias = WaitProcessRequest  # noqa: Y015
+
+@_typing.final
+class WaitProcessResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROCESS_FIELD_NUMBER: _builtins.int
+    STDOUT_FIELD_NUMBER: _builtins.int
+    STDERR_FIELD_NUMBER: _builtins.int
+    stdout: _builtins.bytes
+    """Set once it has exited: the buffered output (what was not dropped)."""
+    stderr: _builtins.bytes
+    @_builtins.property
+    def process(self) -> Global___ProcessInfo: ...
+    def __init__(
+        self,
+        *,
+        process: Global___ProcessInfo | None = ...,
+        stdout: _builtins.bytes = ...,
+        stderr: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["process", b"process"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["process", b"process", "stderr", b"stderr", "stdout", b"stdout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitProcessResponse: _TypeAlias = WaitProcessResponse  # noqa: Y015

@@ -120,6 +120,31 @@ class ExecutorServiceStub(object):
                 request_serializer=orchard_dot_v1_dot_executor__pb2.MakeDirRequest.SerializeToString,
                 response_deserializer=orchard_dot_v1_dot_executor__pb2.MakeDirResponse.FromString,
                 _registered_method=True)
+        self.StartProcess = channel.unary_unary(
+                '/orchard.v1.ExecutorService/StartProcess',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.StartProcessRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.ProcessInfo.FromString,
+                _registered_method=True)
+        self.ListProcesses = channel.unary_unary(
+                '/orchard.v1.ExecutorService/ListProcesses',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.ListProcessesRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.ListProcessesResponse.FromString,
+                _registered_method=True)
+        self.AttachProcess = channel.unary_stream(
+                '/orchard.v1.ExecutorService/AttachProcess',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.AttachProcessRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.ProcessEvent.FromString,
+                _registered_method=True)
+        self.ProcessInput = channel.unary_unary(
+                '/orchard.v1.ExecutorService/ProcessInput',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.ProcessInputRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.ProcessInputResponse.FromString,
+                _registered_method=True)
+        self.WaitProcess = channel.unary_unary(
+                '/orchard.v1.ExecutorService/WaitProcess',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.WaitProcessRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.WaitProcessResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer(object):
@@ -251,6 +276,45 @@ class ExecutorServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartProcess(self, request, context):
+        """Background processes and terminals: a command started without a stream
+        tied to it. It runs until it exits (or its timeout, or the sandbox goes);
+        its output is kept in a bounded buffer (oldest bytes dropped first) that
+        any client of the sandbox can read from the start or from now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListProcesses(self, request, context):
+        """The sandbox's processes: running ones and recently finished ones.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AttachProcess(self, request, context):
+        """Stream the process's output from `offset` (or from now), then its exit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProcessInput(self, request, context):
+        """Stdin bytes, end of stdin, a signal, or a terminal resize.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitProcess(self, request, context):
+        """Wait (at most timeout_seconds) for the process to exit; returns its state
+        and, once it has exited, its buffered output.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -338,6 +402,31 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.MakeDir,
                     request_deserializer=orchard_dot_v1_dot_executor__pb2.MakeDirRequest.FromString,
                     response_serializer=orchard_dot_v1_dot_executor__pb2.MakeDirResponse.SerializeToString,
+            ),
+            'StartProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartProcess,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.StartProcessRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.ProcessInfo.SerializeToString,
+            ),
+            'ListProcesses': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProcesses,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.ListProcessesRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.ListProcessesResponse.SerializeToString,
+            ),
+            'AttachProcess': grpc.unary_stream_rpc_method_handler(
+                    servicer.AttachProcess,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.AttachProcessRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.ProcessEvent.SerializeToString,
+            ),
+            'ProcessInput': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProcessInput,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.ProcessInputRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.ProcessInputResponse.SerializeToString,
+            ),
+            'WaitProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitProcess,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.WaitProcessRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.WaitProcessResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -799,6 +888,141 @@ class ExecutorService(object):
             '/orchard.v1.ExecutorService/MakeDir',
             orchard_dot_v1_dot_executor__pb2.MakeDirRequest.SerializeToString,
             orchard_dot_v1_dot_executor__pb2.MakeDirResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/StartProcess',
+            orchard_dot_v1_dot_executor__pb2.StartProcessRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.ProcessInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListProcesses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/ListProcesses',
+            orchard_dot_v1_dot_executor__pb2.ListProcessesRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.ListProcessesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/AttachProcess',
+            orchard_dot_v1_dot_executor__pb2.AttachProcessRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.ProcessEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProcessInput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/ProcessInput',
+            orchard_dot_v1_dot_executor__pb2.ProcessInputRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.ProcessInputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/WaitProcess',
+            orchard_dot_v1_dot_executor__pb2.WaitProcessRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.WaitProcessResponse.FromString,
             options,
             channel_credentials,
             insecure,

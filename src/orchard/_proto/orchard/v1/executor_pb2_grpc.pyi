@@ -81,6 +81,22 @@ class ExecutorServiceStub:
     """rename(2) inside the sandbox: replaces a file at `destination`, like mv."""
     MakeDir: _grpc.UnaryUnaryMultiCallable[_executor_pb2.MakeDirRequest, _executor_pb2.MakeDirResponse]
     """mkdir, or mkdir -p with `parents`."""
+    StartProcess: _grpc.UnaryUnaryMultiCallable[_executor_pb2.StartProcessRequest, _executor_pb2.ProcessInfo]
+    """Background processes and terminals: a command started without a stream
+    tied to it. It runs until it exits (or its timeout, or the sandbox goes);
+    its output is kept in a bounded buffer (oldest bytes dropped first) that
+    any client of the sandbox can read from the start or from now.
+    """
+    ListProcesses: _grpc.UnaryUnaryMultiCallable[_executor_pb2.ListProcessesRequest, _executor_pb2.ListProcessesResponse]
+    """The sandbox's processes: running ones and recently finished ones."""
+    AttachProcess: _grpc.UnaryStreamMultiCallable[_executor_pb2.AttachProcessRequest, _executor_pb2.ProcessEvent]
+    """Stream the process's output from `offset` (or from now), then its exit."""
+    ProcessInput: _grpc.UnaryUnaryMultiCallable[_executor_pb2.ProcessInputRequest, _executor_pb2.ProcessInputResponse]
+    """Stdin bytes, end of stdin, a signal, or a terminal resize."""
+    WaitProcess: _grpc.UnaryUnaryMultiCallable[_executor_pb2.WaitProcessRequest, _executor_pb2.WaitProcessResponse]
+    """Wait (at most timeout_seconds) for the process to exit; returns its state
+    and, once it has exited, its buffered output.
+    """
 
 @_typing.type_check_only
 class ExecutorServiceAsyncStub(ExecutorServiceStub):
@@ -131,6 +147,22 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     """rename(2) inside the sandbox: replaces a file at `destination`, like mv."""
     MakeDir: _aio.UnaryUnaryMultiCallable[_executor_pb2.MakeDirRequest, _executor_pb2.MakeDirResponse]  # type: ignore[assignment]
     """mkdir, or mkdir -p with `parents`."""
+    StartProcess: _aio.UnaryUnaryMultiCallable[_executor_pb2.StartProcessRequest, _executor_pb2.ProcessInfo]  # type: ignore[assignment]
+    """Background processes and terminals: a command started without a stream
+    tied to it. It runs until it exits (or its timeout, or the sandbox goes);
+    its output is kept in a bounded buffer (oldest bytes dropped first) that
+    any client of the sandbox can read from the start or from now.
+    """
+    ListProcesses: _aio.UnaryUnaryMultiCallable[_executor_pb2.ListProcessesRequest, _executor_pb2.ListProcessesResponse]  # type: ignore[assignment]
+    """The sandbox's processes: running ones and recently finished ones."""
+    AttachProcess: _aio.UnaryStreamMultiCallable[_executor_pb2.AttachProcessRequest, _executor_pb2.ProcessEvent]  # type: ignore[assignment]
+    """Stream the process's output from `offset` (or from now), then its exit."""
+    ProcessInput: _aio.UnaryUnaryMultiCallable[_executor_pb2.ProcessInputRequest, _executor_pb2.ProcessInputResponse]  # type: ignore[assignment]
+    """Stdin bytes, end of stdin, a signal, or a terminal resize."""
+    WaitProcess: _aio.UnaryUnaryMultiCallable[_executor_pb2.WaitProcessRequest, _executor_pb2.WaitProcessResponse]  # type: ignore[assignment]
+    """Wait (at most timeout_seconds) for the process to exit; returns its state
+    and, once it has exited, its buffered output.
+    """
 
 class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -280,5 +312,51 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_executor_pb2.MakeDirResponse, _abc.Awaitable[_executor_pb2.MakeDirResponse]]:
         """mkdir, or mkdir -p with `parents`."""
+
+    @_abc_1.abstractmethod
+    def StartProcess(
+        self,
+        request: _executor_pb2.StartProcessRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.ProcessInfo, _abc.Awaitable[_executor_pb2.ProcessInfo]]:
+        """Background processes and terminals: a command started without a stream
+        tied to it. It runs until it exits (or its timeout, or the sandbox goes);
+        its output is kept in a bounded buffer (oldest bytes dropped first) that
+        any client of the sandbox can read from the start or from now.
+        """
+
+    @_abc_1.abstractmethod
+    def ListProcesses(
+        self,
+        request: _executor_pb2.ListProcessesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.ListProcessesResponse, _abc.Awaitable[_executor_pb2.ListProcessesResponse]]:
+        """The sandbox's processes: running ones and recently finished ones."""
+
+    @_abc_1.abstractmethod
+    def AttachProcess(
+        self,
+        request: _executor_pb2.AttachProcessRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_executor_pb2.ProcessEvent], _abc.AsyncIterator[_executor_pb2.ProcessEvent]]:
+        """Stream the process's output from `offset` (or from now), then its exit."""
+
+    @_abc_1.abstractmethod
+    def ProcessInput(
+        self,
+        request: _executor_pb2.ProcessInputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.ProcessInputResponse, _abc.Awaitable[_executor_pb2.ProcessInputResponse]]:
+        """Stdin bytes, end of stdin, a signal, or a terminal resize."""
+
+    @_abc_1.abstractmethod
+    def WaitProcess(
+        self,
+        request: _executor_pb2.WaitProcessRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.WaitProcessResponse, _abc.Awaitable[_executor_pb2.WaitProcessResponse]]:
+        """Wait (at most timeout_seconds) for the process to exit; returns its state
+        and, once it has exited, its buffered output.
+        """
 
 def add_ExecutorServiceServicer_to_server(servicer: ExecutorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
