@@ -143,10 +143,11 @@ class OrchardProvider(ContainerProvider):
         deadline = time.monotonic() + timeout_s
         health = f"{base_url.rstrip('/')}/health"
         last = "no answer yet"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
         while True:
             self._raise_if_server_exited()
             try:
-                with urllib.request.urlopen(health, timeout=max(_POLL_S, 1.0)) as resp:
+                with opener.open(health, timeout=1.0) as resp:
                     if resp.status == 200:
                         return
                     last = f"HTTP {resp.status}"
@@ -171,7 +172,8 @@ class OrchardProvider(ContainerProvider):
                 with contextlib.suppress(orchard.SandboxNotFoundError):
                     sandbox.delete()
         except orchard.OrchardError as exc:
-            raise RuntimeError(f"could not delete sandbox {sandbox and sandbox.id}: {exc}") from exc
+            what = f"sandbox {sandbox.id}" if sandbox is not None else "the port forward"
+            raise RuntimeError(f"could not stop {what}: {exc}") from exc
         finally:
             if self._owns_client and self._client is not None:
                 client, self._client = self._client, None
