@@ -4,7 +4,8 @@ inside the sandbox, uploaded by ``tests/integrations/test_openenv.py``).
 Why not OpenEnv's own server (``openenv.core.env_server``): it needs FastAPI, uvicorn,
 pydantic (compiled pydantic-core) and, through its MCP support, fastmcp and their
 trees, none of which the default image has and which a sandbox with network ``none``
-cannot install. This server speaks the same wire contract as ``HTTPEnvServer``
+cannot install; importing it with uvicorn on this machine loads 513 MB of packages
+(gradio, pandas, pyarrow among them), too much to upload into every test's sandbox. This server speaks the same wire contract as ``HTTPEnvServer``
 (openenv-core 0.3, ``openenv/core/env_server/http_server.py``), which is what
 OpenEnv's clients check:
 
