@@ -12,7 +12,7 @@ ORCHARD_HOME ?= /var/lib/orchard
 ORCHARD_IMAGES_DIR ?= $(ORCHARD_HOME)/images
 export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
-SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx tmux
+SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx tmux zstd
 
 .PHONY: run test check docs lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
 
