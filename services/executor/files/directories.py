@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 
 from orchard.common.errors import ServiceError, invalid, precondition
+from orchard.common.file_listing import DEFAULT_DIR_MODE
 
 from .confined import ConfinedRoot
 from .fserrors import (
@@ -35,7 +36,6 @@ from .openat2 import RESOLVE_NO_SYMLINKS, openat2
 from .owners import HostOwner
 from .paths import SandboxPath
 
-DEFAULT_DIR_MODE = 0o755
 _DIR_READ = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 

@@ -12,7 +12,7 @@ listed as symlinks (with their stored target), never followed.
 
 A listing is a walk, not a snapshot: entries the sandbox removes meanwhile
 are left out, ones it adds may or may not appear. It is bounded by ``depth``
-(at most :data:`MAX_DEPTH` levels) and ``max_entries`` (``truncated`` says so).
+(at most ``orchard.common.file_listing.MAX_DEPTH`` levels) and ``max_entries`` (``truncated`` says so).
 """
 
 from __future__ import annotations
@@ -20,36 +20,18 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
 from orchard.common.errors import invalid, precondition
+from orchard.common.file_listing import file_type, listing_bounds
 
 from .confined import O_PATH, ConfinedRoot, reopen
 from .fserrors import INVALID_FIELD, NOT_A_DIRECTORY, fs_error
 from .openat2 import RESOLVE_NO_SYMLINKS, openat2
 from .paths import SandboxPath
 
-MAX_DEPTH = 64
-DEFAULT_MAX_ENTRIES = 10_000
-MAX_ENTRIES = 100_000
 _DIR_READ = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-_TYPES: tuple[tuple[Callable[[int], bool], pb.FileType.ValueType], ...] = (
-    (stat.S_ISREG, pb.FILE_TYPE_FILE),
-    (stat.S_ISDIR, pb.FILE_TYPE_DIRECTORY),
-    (stat.S_ISLNK, pb.FILE_TYPE_SYMLINK),
-    (stat.S_ISFIFO, pb.FILE_TYPE_FIFO),
-    (stat.S_ISSOCK, pb.FILE_TYPE_SOCKET),
-    (stat.S_ISCHR, pb.FILE_TYPE_CHAR_DEVICE),
-    (stat.S_ISBLK, pb.FILE_TYPE_BLOCK_DEVICE),
-)
-
-
-def file_type(mode: int) -> pb.FileType.ValueType:
-    """The FileType of an ``st_mode``."""
-    return next((kind for test, kind in _TYPES if test(mode)), pb.FILE_TYPE_UNSPECIFIED)
 
 
 def _sandbox_id(host_id: int, base: int) -> int:
@@ -95,12 +77,9 @@ def stat_entry(
 
 def check_listing(depth: int, max_entries: int) -> tuple[int, int]:
     """(depth, max_entries) with defaults applied; INVALID_ARGUMENT beyond the bounds."""
-    depth = depth or 1
-    if depth > MAX_DEPTH:
-        raise invalid(f"depth {depth} is more than {MAX_DEPTH} levels", INVALID_FIELD)
-    max_entries = max_entries or DEFAULT_MAX_ENTRIES
-    if max_entries > MAX_ENTRIES:
-        raise invalid(f"max_entries {max_entries} is more than {MAX_ENTRIES}", INVALID_FIELD)
+    depth, max_entries, error = listing_bounds(depth, max_entries)
+    if error:
+        raise invalid(error, INVALID_FIELD)
     return depth, max_entries
 
 

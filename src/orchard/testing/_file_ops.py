@@ -17,28 +17,14 @@ import stat
 from pathlib import Path
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
+from orchard.common.file_listing import DEFAULT_DIR_MODE, file_type, listing_bounds
 
 from ._files import clean_parts, display, fs_error, resolve
 from ._status import invalid, not_found, precondition
 
-MAX_DEPTH = 64
-DEFAULT_MAX_ENTRIES = 10_000
-MAX_ENTRIES = 100_000
-DEFAULT_DIR_MODE = 0o755
-
-_TYPES = (
-    (stat.S_ISREG, pb.FILE_TYPE_FILE),
-    (stat.S_ISDIR, pb.FILE_TYPE_DIRECTORY),
-    (stat.S_ISLNK, pb.FILE_TYPE_SYMLINK),
-    (stat.S_ISFIFO, pb.FILE_TYPE_FIFO),
-    (stat.S_ISSOCK, pb.FILE_TYPE_SOCKET),
-    (stat.S_ISCHR, pb.FILE_TYPE_CHAR_DEVICE),
-    (stat.S_ISBLK, pb.FILE_TYPE_BLOCK_DEVICE),
-)
-
 
 def _entry(host: Path, parts: tuple[str, ...], st: os.stat_result) -> pb.FileStat:
-    kind = next((k for test, k in _TYPES if test(st.st_mode)), pb.FILE_TYPE_UNSPECIFIED)
+    kind = file_type(st.st_mode)
     return pb.FileStat(
         name=parts[-1] if parts else "",
         path=display(parts),
@@ -67,12 +53,9 @@ def stat_entry(root: Path, path: str, follow: bool) -> pb.FileStat:
 
 def list_dir(root: Path, path: str, depth: int, max_entries: int) -> pb.ListDirResponse:
     parts = clean_parts(path)
-    depth = depth or 1
-    if depth > MAX_DEPTH:
-        raise invalid(f"depth {depth} is more than {MAX_DEPTH} levels", "INVALID_FIELD")
-    limit = max_entries or DEFAULT_MAX_ENTRIES
-    if limit > MAX_ENTRIES:
-        raise invalid(f"max_entries {limit} is more than {MAX_ENTRIES}", "INVALID_FIELD")
+    depth, limit, error = listing_bounds(depth, max_entries)
+    if error:
+        raise invalid(error, "INVALID_FIELD")
     top = resolve(root, parts)
     if not stat.S_ISDIR(_lstat(top, display(parts)).st_mode):
         raise precondition(f"{display(parts)} is not a directory", "NOT_A_DIRECTORY")
