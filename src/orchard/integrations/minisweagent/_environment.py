@@ -31,9 +31,10 @@ from typing import Any
 
 from minisweagent.exceptions import Submitted
 from minisweagent.utils.serialize import recursive_merge
-from pydantic import BaseModel, ConfigDict
 
 import orchard
+
+from .._sandbox_fields import SandboxFields
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 _MERGE_STREAMS = 'exec "$@" 2>&1'
@@ -41,24 +42,9 @@ _MERGE_STREAMS = 'exec "$@" 2>&1'
 _UNAME_KEYS = ("system", "node", "release", "version", "machine")
 
 
-class OrchardEnvironmentConfig(BaseModel):
+class OrchardEnvironmentConfig(SandboxFields):
     """The sandbox and how commands run in it (the fields mirror Docker's environment)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    image: str | None = None
-    """Image name; None: the server's default image."""
-    template: str | None = None
-    """Claim a warm sandbox of this template instead of a cold create."""
-    sandbox_id: str | None = None
-    """Use this existing sandbox (it is not deleted by ``cleanup``)."""
-    cpu: float | str | None = None
-    memory: int | str | None = None
-    pids: int | None = None
-    network: str = "none"
-    ttl: float = 2 * 3600
-    """Seconds until the server reaps a sandbox the run never cleaned up."""
-    labels: dict[str, str] = {}
     cwd: str = "/"
     """Working directory of every command."""
     env: dict[str, str] = {}
@@ -92,14 +78,7 @@ class OrchardEnvironment:
             self.sandbox = self.client.sandboxes.connect(cfg.sandbox_id)
         else:
             self.sandbox = self.client.sandboxes.create(
-                image=cfg.image,
-                cpu=cfg.cpu,
-                memory=cfg.memory,
-                network=None if cfg.template else cfg.network,
-                ttl=cfg.ttl,
-                labels={**cfg.labels, "mini-swe-agent/environment": "orchard"},
-                pids=cfg.pids,
-                template=cfg.template,
+                **cfg.create_arguments("mini-swe-agent/environment")
             )
         self.logger.info("Started Orchard sandbox %s", self.sandbox.id)
         self._uname: dict[str, str] | None = None

@@ -13,7 +13,6 @@ import contextlib
 import logging
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from swerex.deployment.abstract import AbstractDeployment
 from swerex.deployment.hooks.abstract import CombinedDeploymentHook, DeploymentHook
 from swerex.exceptions import DeploymentNotStartedError, DeploymentStartupError
@@ -21,27 +20,13 @@ from swerex.runtime.abstract import IsAliveResponse
 
 import orchard
 
+from .._sandbox_fields import SandboxFields
 from ._runtime import OrchardRuntime
 
 
-class OrchardDeploymentConfig(BaseModel):
+class OrchardDeploymentConfig(SandboxFields):
     """The sandbox a deployment runs in (unknown fields are refused)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    image: str | None = None
-    """Image name; None: the server's default image."""
-    template: str | None = None
-    """Claim a warm sandbox of this template instead of a cold create."""
-    sandbox_id: str | None = None
-    """Attach to this existing sandbox; ``stop()`` then leaves it alone."""
-    cpu: float | str | None = None
-    memory: int | str | None = None
-    pids: int | None = None
-    network: str = "none"
-    ttl: float = 2 * 3600
-    """Seconds until the server reaps a sandbox never stopped."""
-    labels: dict[str, str] = {}
     startup_timeout: float = 120.0
     """Seconds the create may take (a cold create is well under one)."""
 
@@ -84,15 +69,7 @@ class OrchardDeployment(AbstractDeployment):
             else:
                 self._hooks.on_custom_step("Starting Orchard sandbox")
                 sandbox = await self._client.sandboxes.create(
-                    image=cfg.image,
-                    cpu=cfg.cpu,
-                    memory=cfg.memory,
-                    network=None if cfg.template else cfg.network,
-                    ttl=cfg.ttl,
-                    labels={**cfg.labels, "swe-rex/deployment": "orchard"},
-                    pids=cfg.pids,
-                    template=cfg.template,
-                    timeout=cfg.startup_timeout,
+                    **cfg.create_arguments("swe-rex/deployment"), timeout=cfg.startup_timeout
                 )
         except orchard.OrchardError as err:
             raise DeploymentStartupError(f"could not start the Orchard sandbox: {err}") from err
