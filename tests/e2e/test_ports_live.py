@@ -33,6 +33,7 @@ import pytest
 
 from orchard import AsyncOrchard, Orchard, PortNotListeningError, QuotaExceededError, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2 as pb
+from tests.port_serving import start_server
 from tests.stack import ORCHARD, REQUIRES_STACK, Stack, running_stack
 
 pytestmark = REQUIRES_STACK
@@ -78,21 +79,6 @@ def client(stack: Stack) -> Iterator[Orchard]:
         yield client
 
 
-def _start(sb: Sandbox, command: str, port: int, host: str = "127.0.0.1") -> None:
-    """Start a server in the background inside ``sb`` and wait until ``port`` accepts."""
-    sb.exec(f"setsid sh -c '{command}' >/tmp/server-{port}.log 2>&1 </dev/null &", timeout=10)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            sb.connect_port(port, host=host).close()
-            return
-        except PortNotListeningError:
-            if time.monotonic() > deadline:
-                log = sb.exec(f"cat /tmp/server-{port}.log").stdout_text
-                raise AssertionError(f"port {port} never listened: {log}") from None
-            time.sleep(0.1)
-
-
 def _websockets_into(sb: Sandbox, tmp_path: Path) -> None:
     """Upload the websockets package (pure Python: its optional C speedups left out)."""
     source = Path(websockets.__file__).parent
@@ -113,7 +99,7 @@ def web(client: Orchard) -> Iterator[Sandbox]:
     with client.sandboxes.create(network="none", ttl=900, memory="512Mi") as sb:
         sb.write_file("/srv/index.html", "<h1>inside</h1>\n")
         sb.exec("head -c 8388608 /dev/urandom > /srv/big.bin", timeout=30)
-        _start(
+        start_server(
             sb, f"python3 -m http.server {HTTP_PORT} --bind 127.0.0.1 --directory /srv", HTTP_PORT
         )
         yield sb
@@ -183,7 +169,7 @@ def test_ipv6_loopback(web: Sandbox) -> None:
     bind = "import socket; socket.socket(socket.AF_INET6).bind(('::1', 0))"
     if web.exec(["python3", "-c", bind]).exit_code != 0:
         pytest.skip("the sandbox has no IPv6 loopback")
-    _start(web, "python3 -m http.server 8001 --bind ::1 --directory /srv", 8001, host="::1")
+    start_server(web, "python3 -m http.server 8001 --bind ::1 --directory /srv", 8001, host="::1")
     with web.forward_port(8001, host="::1") as fwd:
         assert _fetch(f"{fwd.url}/index.html") == b"<h1>inside</h1>\n"
     # The same port on 127.0.0.1 is another address: nothing listens there.
@@ -215,7 +201,7 @@ def test_reset_inside_resets_the_local_connection(web: Sandbox) -> None:
         "    c, _ = s.accept(); c.recv(10)\n"
         "    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0)); c.close()\n",
     )
-    _start(web, "python3 /opt/rst.py", 8099)
+    start_server(web, "python3 /opt/rst.py", 8099)
     with web.forward_port(8099) as fwd:
         local = socket.create_connection(fwd.local_address, timeout=10)
         local.sendall(b"hi")
@@ -264,7 +250,7 @@ def test_a_peer_that_does_not_read_holds_memory_bounded(stack: Stack, web: Sandb
     """A server inside pours without end and the local peers read nothing: gRPC's
     per-stream flow control stops it; neither the executor nor this client buffers it."""
     web.write_file("/opt/firehose.py", FIREHOSE)
-    _start(web, "python3 /opt/firehose.py", 8097)
+    start_server(web, "python3 /opt/firehose.py", 8097)
     executor = _executor_pid(stack)
     before = (_rss_kib(executor), _rss_kib(os.getpid()))
     with web.forward_port(8097) as fwd:
@@ -285,7 +271,7 @@ def test_a_peer_that_does_not_read_holds_memory_bounded(stack: Stack, web: Sandb
 
 def test_websocket_sync(web: Sandbox, tmp_path: Path) -> None:
     _websockets_into(web, tmp_path)
-    _start(web, f"PYTHONPATH=/opt/pylib python3 /opt/ws_echo.py {WS_PORT}", WS_PORT)
+    start_server(web, f"PYTHONPATH=/opt/pylib python3 /opt/ws_echo.py {WS_PORT}", WS_PORT)
     with (
         web.forward_port(WS_PORT) as fwd,
         ws_connect_sync(f"ws://127.0.0.1:{fwd.local_port}/", max_size=None) as ws,
@@ -422,7 +408,7 @@ def test_hostile_stream_flood_stops_at_the_sandboxes_share(
         assert "share" in str(refused.value)
         # Another sandbox's share is its own: it still connects.
         with client.sandboxes.create(network="none", ttl=300) as other:
-            _start(other, "python3 -m http.server 8000 --bind 127.0.0.1", 8000)
+            start_server(other, "python3 -m http.server 8000 --bind 127.0.0.1", 8000)
         # The executor itself is fine.
         assert web.exec("echo ok").stdout == b"ok\n"
 

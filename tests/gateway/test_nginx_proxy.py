@@ -33,6 +33,7 @@ from tests.gateway.data_plane_checks import (
     run_request,
     wait_gone,
 )
+from tests.port_serving import check_http_through_forward
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, Stack, running_stack
 
 NEEDS_NGINX = pytest.mark.skipif(shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
@@ -265,31 +266,6 @@ def test_unknown_proxy_kind_in_the_environment_is_refused(tmp_path: Path) -> Non
 
 def test_port_forward_through_nginx(proxied: Sandbox) -> None:
     """ConnectPort's bidirectional streams pass nginx's grpc_pass like exec's."""
-    import concurrent.futures
-    import time
-    import urllib.request
-
-    from orchard import PortNotListeningError
 
     proxied.write_file("/srv/n.txt", "through nginx\n")
-    proxied.exec(
-        "setsid sh -c 'python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv'"
-        " >/dev/null 2>&1 </dev/null &"
-    )
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            proxied.connect_port(8000).close()
-            break
-        except PortNotListeningError:
-            assert time.monotonic() < deadline, "the server never listened"
-            time.sleep(0.1)
-    with proxied.forward_port(8000) as fwd, concurrent.futures.ThreadPoolExecutor(8) as pool:
-
-        def fetch(_: int) -> bytes:
-            with urllib.request.urlopen(f"{fwd.url}/n.txt", timeout=30) as r:
-                return bytes(r.read())
-
-        assert list(pool.map(fetch, range(24))) == [b"through nginx\n"] * 24
-    with pytest.raises(PortNotListeningError):
-        proxied.connect_port(9)
+    check_http_through_forward(proxied, "n.txt", b"through nginx\n", fetches=24, threads=8)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchard import Orchard, Sandbox
+from tests.port_serving import check_http_through_forward
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 pytestmark = REQUIRES_STACK
@@ -95,34 +96,9 @@ def test_runtime_class_per_template_picks_the_executor(stack: Stack) -> None:
 def test_ports_reach_an_injected_sandbox(stack: Stack) -> None:
     """Port forwarding where the executor lives in the sandbox (its own namespace is the
     sandbox's: port_dial.LocalDialer), many connections at once."""
-    import concurrent.futures
-    import time
-    import urllib.request
-
-    from orchard import PortNotListeningError
 
     key = (stack.home / "dev-api-key").read_text().strip()
     with Orchard(stack.endpoint, key).sandboxes.create(memory="256Mi", ttl=300) as sb:
         assert address_of(sb) != node_executor(stack)
         sb.write_file("/srv/i.txt", "injected\n")
-        sb.exec(
-            "setsid sh -c 'python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv'"
-            " >/dev/null 2>&1 </dev/null &"
-        )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                sb.connect_port(8000).close()
-                break
-            except PortNotListeningError:
-                assert time.monotonic() < deadline, "the server never listened"
-                time.sleep(0.1)
-        with sb.forward_port(8000) as fwd, concurrent.futures.ThreadPoolExecutor(8) as pool:
-
-            def fetch(_: int) -> bytes:
-                with urllib.request.urlopen(f"{fwd.url}/i.txt", timeout=30) as r:
-                    return bytes(r.read())
-
-            assert list(pool.map(fetch, range(32))) == [b"injected\n"] * 32
-        with pytest.raises(PortNotListeningError):
-            sb.connect_port(9)
+        check_http_through_forward(sb, "i.txt", b"injected\n", fetches=32, threads=8)

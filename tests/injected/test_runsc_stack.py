@@ -22,6 +22,7 @@ import pytest
 from orchard import Orchard
 from orchard.client import InfrastructureError
 from tests.cgroup_paths import sandbox_cgroup
+from tests.port_serving import check_http_through_forward
 from tests.runtime.runtime_helpers import cgroup_dirs, mounts_under
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
@@ -164,31 +165,7 @@ def test_runc_and_runsc_templates_side_by_side(stack: Stack) -> None:
 def test_ports_reach_a_runsc_sandbox(stack: Stack) -> None:
     """Port forwarding under gVisor: the executor inside dials the sandbox's loopback
     through gVisor's own network stack (a host-side setns would not reach it)."""
-    import concurrent.futures
-    import urllib.request
-
-    from orchard import PortNotListeningError
 
     with Orchard(stack.endpoint, api_key(stack)).sandboxes.create(template="gvisor") as sb:
         sb.exec("mkdir -p /srv && echo gvisor > /srv/g.txt")
-        sb.exec(
-            "setsid sh -c 'python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv'"
-            " >/dev/null 2>&1 </dev/null &"
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                sb.connect_port(8000).close()
-                break
-            except PortNotListeningError:
-                assert time.monotonic() < deadline, "the server never listened"
-                time.sleep(0.2)
-        with sb.forward_port(8000) as fwd, concurrent.futures.ThreadPoolExecutor(4) as pool:
-
-            def fetch(_: int) -> bytes:
-                with urllib.request.urlopen(f"{fwd.url}/g.txt", timeout=30) as r:
-                    return bytes(r.read())
-
-            assert list(pool.map(fetch, range(12))) == [b"gvisor\n"] * 12
-        with pytest.raises(PortNotListeningError):
-            sb.connect_port(9)
+        check_http_through_forward(sb, "g.txt", b"gvisor\n", fetches=12, threads=4, wait=30)
