@@ -48,6 +48,8 @@ from nemo_gym.sandbox.providers.base import (
 
 import orchard
 
+from ._errors import UNAVAILABLE
+
 PROVIDER_NAME = "orchard"
 RUNTIME_RETURN_CODE = 125  # NeMo Gym's providers' "the runtime, not the command" code
 PROVIDER_OPTIONS = frozenset({"network", "template", "pids"})
@@ -163,11 +165,7 @@ class OrchardProvider:
                 env=env,
                 user=_user(user),
             )
-        except (
-            orchard.InfrastructureError,
-            orchard.SandboxNotFoundError,
-            orchard.SandboxNotReadyError,
-        ) as exc:
+        except UNAVAILABLE as exc:
             return SandboxExecResult(None, str(exc), RUNTIME_RETURN_CODE, error_type="sandbox")
         except orchard.DeadlineExceededError as exc:
             return SandboxExecResult(None, str(exc), RUNTIME_RETURN_CODE, error_type="timeout")
@@ -286,9 +284,5 @@ def _file_errors(what: str) -> Iterator[None]:
         raise FileNotFoundError(f"{what}: {exc}") from exc
     except orchard.PermissionDeniedError as exc:
         raise PermissionError(f"{what}: {exc}") from exc
-    except (
-        orchard.InfrastructureError,
-        orchard.SandboxNotFoundError,
-        orchard.SandboxNotReadyError,
-    ) as exc:
+    except UNAVAILABLE as exc:
         raise RuntimeError(f"Orchard sandbox unavailable during {what}: {exc}") from exc

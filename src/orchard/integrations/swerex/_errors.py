@@ -10,9 +10,7 @@ unavailable" exception of its own, so that one is ours, in its tree:
 
 from __future__ import annotations
 
-import errno
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from swerex.exceptions import (
     CommandTimeoutError,
@@ -23,6 +21,8 @@ from swerex.exceptions import (
 
 import orchard
 
+from .._errors import UNAVAILABLE, file_error, reraised
+
 
 class OrchardUnavailableError(SwerexException, RuntimeError):
     """The Orchard sandbox behind the runtime is gone or the platform failed
@@ -30,35 +30,18 @@ class OrchardUnavailableError(SwerexException, RuntimeError):
 
 
 def swerex_error(err: orchard.OrchardError, path: str | None = None) -> Exception:
-    name = path or ""
     if isinstance(err, orchard.DeadlineExceededError):
         return CommandTimeoutError(err.message)
-    if isinstance(err, orchard.PathNotFoundError):
-        return FileNotFoundError(errno.ENOENT, "No such file or directory", name)
-    if isinstance(err, orchard.PathError) and err.reason == "IS_A_DIRECTORY":
-        return IsADirectoryError(errno.EISDIR, "Is a directory", name)
-    if isinstance(err, orchard.PathError) and err.reason == "NOT_A_DIRECTORY":
-        return NotADirectoryError(errno.ENOTDIR, "Not a directory", name)
-    if isinstance(err, orchard.PermissionDeniedError) and path is not None:
-        return PermissionError(errno.EACCES, "Permission denied", name)
+    if (as_file := file_error(err, path)) is not None:
+        return as_file
     if isinstance(err, orchard.SessionError) and err.reason == "SESSION_NOT_FOUND":
         return SessionDoesNotExistError(err.message)
     if isinstance(err, orchard.SessionError) and err.reason == "SESSION_DEAD":
         return SessionNotInitializedError(f"the session's shell has exited: {err.message}")
-    if isinstance(
-        err,
-        (orchard.InfrastructureError, orchard.SandboxNotFoundError, orchard.SandboxNotReadyError),
-    ):
+    if isinstance(err, UNAVAILABLE):
         return OrchardUnavailableError(f"the Orchard sandbox is unavailable: {err.message}")
     return err
 
 
-@contextmanager
-def swerex_errors(path: str | None = None) -> Iterator[None]:
-    try:
-        yield
-    except orchard.OrchardError as err:
-        mapped = swerex_error(err, path)
-        if mapped is err:
-            raise
-        raise mapped from err
+def swerex_errors(path: str | None = None) -> AbstractContextManager[None]:
+    return reraised(swerex_error, path)
