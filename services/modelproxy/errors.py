@@ -8,6 +8,8 @@ clients both surface as their status errors with the message intact.
 from __future__ import annotations
 
 import json
+from collections.abc import Set
+from typing import Any
 
 from aiohttp import web
 
@@ -49,3 +51,16 @@ def bad_request(message: str, code: str = "INVALID_REQUEST") -> ProxyError:
 def unsupported(field: str, why: str) -> ProxyError:
     """A field the translation cannot carry to the upstream: named, never dropped silently."""
     return ProxyError(400, "UNSUPPORTED_FIELD", f"{field}: {why}")
+
+
+def hints_dropped(
+    request: dict[str, Any], carried: Set[str], hints: Set[str], api: str
+) -> list[str]:
+    """The top-level fields of ``request`` outside ``carried``: hints (``hints``) are
+    returned to be recorded as not carried; anything else is refused, naming it."""
+    dropped = []
+    for key in set(request) - carried:
+        if key not in hints:
+            raise unsupported(key, f"this {api} field cannot be carried onto Chat")
+        dropped.append(key)
+    return dropped

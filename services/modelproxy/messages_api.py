@@ -27,7 +27,7 @@ import secrets
 from typing import Any
 
 from .chat_api import sse
-from .errors import ProxyError, bad_request, unsupported
+from .errors import ProxyError, bad_request, hints_dropped, unsupported
 from .stream_blocks import BlockStream
 
 _FIELDS = {"model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k",
@@ -144,11 +144,7 @@ class MessagesTranslation:
 
     def to_chat(self) -> dict[str, Any]:
         r = self.request
-        for key in set(r) - _FIELDS:
-            if key in _HINTS:
-                self.not_carried.append(key)
-            else:
-                raise unsupported(key, "this Messages field cannot be carried onto Chat")
+        self.not_carried += hints_dropped(r, _FIELDS, _HINTS, "Messages")
         if not isinstance(r.get("messages"), list) or not r["messages"]:
             raise bad_request("messages: expected a non-empty list")
         if not isinstance(r.get("max_tokens"), int):

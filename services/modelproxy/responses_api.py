@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from .chat_api import sse
-from .errors import bad_request, unsupported
+from .errors import bad_request, hints_dropped, unsupported
 from .stream_blocks import BlockStream
 
 _FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
@@ -148,11 +148,7 @@ class ResponsesTranslation:
 
     def to_chat(self) -> dict[str, Any]:
         r = self.request
-        for key in set(r) - _FIELDS:
-            if key in _HINTS:
-                self.not_carried.append(key)
-            else:
-                raise unsupported(key, "this Responses field cannot be carried onto Chat")
+        self.not_carried += hints_dropped(r, _FIELDS, _HINTS, "Responses")
         messages = []
         if r.get("instructions"):
             messages.append({"role": "system", "content": str(r["instructions"])})
