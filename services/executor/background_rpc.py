@@ -8,7 +8,7 @@ A mixin of :class:`~.server.ExecutorServicer`, kept apart so the process RPCs
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -33,8 +33,8 @@ class ProcessRpcs:
     processes: ProcessTable
     _limits: OutputLimits
 
-    def _sandbox(self, sandbox_id: str, context: Context) -> Sandbox:
-        raise NotImplementedError  # the servicer's
+    # The servicer's own lookup (token check, then the sandbox), which this mixin calls.
+    _sandbox: Callable[[str, Context], Sandbox]
 
     def _process(self, sandbox_id: str, process_id: str, context: Context) -> BackgroundProcess:
         self._sandbox(sandbox_id, context)
