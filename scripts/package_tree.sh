@@ -14,4 +14,5 @@ done
 for service in executor scheduler gateway rewards modelproxy; do
   ln -s "$PWD/services/$service" "$tree/orchard/$service"
 done
+ln -s "$PWD/recipes" "$tree/orchard/recipes"
 echo "$tree"

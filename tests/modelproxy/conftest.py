@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from .scripted_upstream import ScriptedUpstream, scripted_upstream
+from orchard.testing.scripted_model import ScriptedUpstream, scripted_upstream
+
 from .tenant_gateway import tenant_gateway
 
 KEYS = {"key-alice": "alice", "key-bob": "bob"}

@@ -10,8 +10,15 @@ from pathlib import Path
 import openai
 import pytest
 
+from orchard.testing.scripted_model import (
+    ScriptedUpstream,
+    completion_text,
+    logprob_of,
+    prompt_ids,
+    tokens,
+)
+
 from .conftest import Proxy, start_proxy, stop_proxy
-from .scripted_upstream import ScriptedUpstream, completion_text, logprob_of, prompt_ids, tokens
 
 TOOL = {"type": "function", "function": {"name": "run", "parameters": {
     "type": "object", "properties": {"cmd": {"type": "string"}}}}}  # fmt: skip

@@ -10,7 +10,7 @@ from typing import Any
 
 from orchard.modelproxy.samples import samples
 
-from .scripted_upstream import completion_text, logprob_of, prompt_ids, tokens
+from orchard.testing.scripted_model import completion_text, logprob_of, prompt_ids, tokens
 
 SYSTEM = {"role": "system", "content": "you fix bugs"}
 SESSION = {"id": "ses_x", "reward": 1.0, "fault": "", "fault_message": ""}

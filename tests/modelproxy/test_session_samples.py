@@ -9,8 +9,9 @@ from typing import Any
 
 import openai
 
+from orchard.testing.scripted_model import ScriptedUpstream, completion_text, prompt_ids, tokens
+
 from .conftest import Proxy, start_proxy, stop_proxy
-from .scripted_upstream import ScriptedUpstream, completion_text, prompt_ids, tokens
 
 SCRIPT = [
     {"content": "", "tool_calls": [{"id": "c1", "name": "run", "arguments": '{"cmd":"pytest"}'}]},

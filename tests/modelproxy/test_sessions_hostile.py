@@ -13,8 +13,9 @@ from pathlib import Path
 import openai
 import pytest
 
+from orchard.testing.scripted_model import ScriptedUpstream
+
 from .conftest import Proxy, start_proxy, stop_proxy
-from .scripted_upstream import ScriptedUpstream
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -17,9 +17,8 @@ import httpx2
 import openai
 import pytest
 
+from orchard.testing.scripted_model import scripted_upstream
 from tests.stack import REQUIRES_STACK, running_stack
-
-from .scripted_upstream import scripted_upstream
 
 pytestmark = REQUIRES_STACK
 

@@ -15,10 +15,10 @@ import pytest
 
 from orchard.common.local_ca import LocalCA
 from orchard.common.tls import ServerTLS
+from orchard.testing.scripted_model import scripted_upstream
 from tests.kubernetes.test_helm_chart import render
 
 from .conftest import start_proxy, stop_proxy
-from .scripted_upstream import scripted_upstream
 from .tenant_gateway import tenant_gateway
 
 _MOVED = ("--home=", "--listen=", "--upstream=", "--gateway=", "--public-url=")

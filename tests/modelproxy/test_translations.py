@@ -12,8 +12,9 @@ import anthropic
 import openai
 import pytest
 
+from orchard.testing.scripted_model import ScriptedUpstream, completion_text, prompt_ids, tokens
+
 from .conftest import Proxy
-from .scripted_upstream import ScriptedUpstream, completion_text, prompt_ids, tokens
 
 CALL = {"id": "toolu_1", "name": "run", "arguments": '{"cmd": "pytest -q"}'}
 SCHEMA = {"type": "object", "properties": {"cmd": {"type": "string"}}}

@@ -28,7 +28,7 @@ SAMPLES = {
 
 
 def build() -> list[dict[str, object]]:
-    rows = []
+    rows: list[dict[str, object]] = []
     for name, tests in SAMPLES.items():
         folder = HERE / name
         repo = folder / "repo"

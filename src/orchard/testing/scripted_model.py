@@ -12,6 +12,11 @@ It answers like vLLM with ``return_token_ids``: top-level ``prompt_token_ids``, 
 ``token_ids``, and ``logprobs.content`` when asked; streamed as SSE chunks too. A script entry
 is a dict: ``content``, ``tool_calls`` (list of ``{"id", "name", "arguments"}``), ``status``
 (an error answer), ``reasoning``; ``requests`` keeps every body received.
+
+The script is a list of entries (answered in order) or a policy: a callable given each
+request body (the Chat request the proxy forwards) that returns the entry to answer with, so
+a test can drive a multi-step agent by what it sees (a tool's output, a file's contents).
+Shared by the proxy's tests, the harness tests and the recipes' scripted runs.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -62,15 +67,21 @@ def logprob_of(token: int) -> float:
     return -((token % 7) + 1) / 10.0
 
 
+Policy = Callable[[dict[str, Any]], dict[str, Any]]
+
+
 class ScriptedUpstream:
-    def __init__(self, script: list[dict[str, Any]]) -> None:
-        self.script = list(script)
+    def __init__(self, script: list[dict[str, Any]] | Policy) -> None:
+        self.policy: Policy | None = script if callable(script) else None
+        self.script: list[dict[str, Any]] = [] if callable(script) else list(script)
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.delay_seconds = 0.0
         self.repeat_last = False
 
-    def next_entry(self) -> dict[str, Any]:
+    def next_entry(self, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        if self.policy is not None:
+            return self.policy(body or {})
         with self.lock:
             if not self.script:
                 return {"status": 500, "content": "script exhausted"}
@@ -189,7 +200,7 @@ def _handler(upstream: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with upstream.lock:
                 upstream.requests.append(body)
-            entry = upstream.next_entry()
+            entry = upstream.next_entry(body)
             if upstream.delay_seconds:
                 time.sleep(upstream.delay_seconds)
             if entry.get("status"):
@@ -215,7 +226,9 @@ def _handler(upstream: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def scripted_upstream(script: list[dict[str, Any]]) -> Iterator[tuple[ScriptedUpstream, str]]:
+def scripted_upstream(
+    script: list[dict[str, Any]] | Policy,
+) -> Iterator[tuple[ScriptedUpstream, str]]:
     """The server and its base URL (``http://127.0.0.1:PORT/v1``)."""
     upstream = ScriptedUpstream(script)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(upstream))

@@ -1,0 +1,1 @@
+"""Recipe SWE: tasks, images, rollouts, Balanced Adaptive Rollout, CA-SFT, dense rewards, evaluation."""
