@@ -60,6 +60,10 @@ class SandboxLocator(Protocol):
         """Drop the cached entry (e.g. init's socket refused a connection)."""
         ...
 
+    def is_gone(self, sandbox: Sandbox) -> bool:
+        """Whether ``sandbox`` (found earlier) is gone or being deleted (``gone.py``)."""
+        ...
+
 
 def check_sandbox_id(sandbox_id: str) -> None:
     """Refuse an id that could not have come from the scheduler."""
@@ -122,6 +126,13 @@ class SandboxDirectory:
     def forget(self, sandbox_id: str) -> None:
         self._cache.forget(sandbox_id)
 
+    def is_gone(self, sandbox: Sandbox) -> bool:
+        """The backend's delete writes its marker before anything else goes (init, the
+        root's mount, the folder with sandbox.json), so the marker or a missing
+        sandbox.json means the sandbox is going. (A dead init alone is a broken sandbox.)"""
+        layout = self._layout.sandbox(sandbox.sandbox_id)
+        return layout.deleting_marker.exists() or not layout.meta_file.exists()
+
 
 class SingleSandbox:
     """The one sandbox an injected executor runs in: root ``/``, files in ``run_dir``.
@@ -141,6 +152,9 @@ class SingleSandbox:
 
     def forget(self, sandbox_id: str) -> None:
         self._cache.forget(sandbox_id)
+
+    def is_gone(self, sandbox: Sandbox) -> bool:
+        return False  # this executor lives in the sandbox and goes with it
 
 
 def _drop_oldest(entries: dict[str, Any]) -> None:

@@ -40,6 +40,7 @@ from .commands import (
 )
 from .exec_quota import ExecSlots
 from .files import SandboxFiles
+from .gone import refine_failures, remember
 from .kill_all import check_signal, kill_all_processes
 from .output_budget import STREAMED_WEIGHT, OutputBudget, OutputPace
 from .port_dial import LocalDialer, NamespaceDialer, PortDialer
@@ -55,6 +56,7 @@ log = structlog.get_logger("orchard.executor")
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
+@refine_failures(lambda servicer: servicer._sandboxes)
 class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
     """ExecutorService: exec, sessions, files (through the file service), ports (ports.py),
     background processes and terminals (background_rpc.py)."""
@@ -92,7 +94,7 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
 
     def _sandbox(self, sandbox_id: str, context: Context) -> Sandbox:
         self._authorizer.check(sandbox_id, context.invocation_metadata())
-        return self._sandboxes.get(sandbox_id)
+        return remember(self._sandboxes.get(sandbox_id))
 
     # ------------------------------------------------------------------ exec
 

@@ -118,6 +118,12 @@ class SandboxLayout:
     def meta_file(self) -> Path:
         return self.dir / "sandbox.json"
 
+    @property
+    def deleting_marker(self) -> Path:
+        """Written first by the backend's delete: the executor then reports a call that
+        fails mid-teardown as SANDBOX_NOT_FOUND (services/executor/gone.py)."""
+        return self.dir / "deleting"
+
 
 @dataclass(frozen=True)
 class SandboxMeta:

@@ -497,6 +497,9 @@ class LocalBackend:
 
     def _delete_sync(self, sandbox_id: str) -> None:
         sandbox = self.layout.sandbox(sandbox_id)
+        # First, before anything goes: calls failing from here on are "not found".
+        with contextlib.suppress(OSError):
+            sandbox.deleting_marker.touch()
         if self.runsc.owns(sandbox_id):
             self._delete_runsc(sandbox_id)
         runc_state = self.runc.state_dir(sandbox_id)
