@@ -7,12 +7,10 @@ hand the scheduler a backend object (the stand-in ``FakeBackend`` or the real
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -25,27 +23,11 @@ from orchard.scheduler.server import start as start_scheduler
 from orchard.scheduler.settings import SchedulerSettings
 
 from orchard._proto.orchard.v1 import sandbox_pb2_grpc
+from tests.loop_thread import LoopThread
 
 from .fake_backend import FakeBackend
 
 T = TypeVar("T")
-
-
-class LoopThread:
-    """An asyncio loop in a daemon thread; ``run`` executes a coroutine on it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
 
 
 @dataclass

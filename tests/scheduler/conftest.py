@@ -11,9 +11,7 @@ gateway's own forwarding is tested with it). The runc-marked tests
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,33 +26,9 @@ from orchard.scheduler.settings import PoolSettings, SchedulerSettings
 from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.internal_pki import InternalPKI
 from tests.control.fake_backend import FakeBackend
+from tests.loop_thread import LoopThread
 
 T = TypeVar("T")
-
-
-class LoopThread:
-    """An asyncio loop in a daemon thread; ``run`` executes a coroutine on it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def call(self, fn: Callable[[], T], timeout: float = 10) -> T:
-        """Run a plain function on the loop's thread (store reads race nothing then)."""
-
-        async def wrapped() -> T:
-            return fn()
-
-        return self.run(wrapped(), timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
 
 
 @dataclass
