@@ -51,6 +51,7 @@ from google.protobuf.message import Message
 from orchard._proto.orchard.v1 import executor_pb2, sandbox_pb2
 from orchard.common.errors import FAULT_KEY, REASON_KEY, RETRY_AFTER_KEY, ServiceError
 from orchard.common.observability import REQUEST_ID_KEY, OutgoingContextInterceptor
+from orchard.common.service_edge import PassedOnStatus
 from orchard.common.tls import aio_channel, scheme_address
 
 log = structlog.get_logger("orchard.gateway")
@@ -103,18 +104,19 @@ class RestError(Exception):
 
     @classmethod
     def from_rpc(cls, exc: grpc.aio.AioRpcError) -> RestError:
-        pairs: Any = exc.trailing_metadata() or ()
-        trailers = {str(k): str(v) for k, v in pairs}
+        """A service's status as JSON: its Orchard trailers read the one way every
+        service passes them on (``service_edge.PassedOnStatus``)."""
+        passed = PassedOnStatus.of(exc, exc.code().name.lower())
+        trailers = dict(passed.trailers)
         retry: float | None = None
         try:
             retry = float(trailers[RETRY_AFTER_KEY]) if RETRY_AFTER_KEY in trailers else None
         except ValueError:
             retry = None
-        code = exc.code()
-        infra = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
+        infra = passed.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
         return cls(
-            code,
-            exc.details() or code.name.lower(),
+            passed.code,
+            passed.message,
             trailers.get(REASON_KEY, ""),
             trailers.get(FAULT_KEY, "infrastructure" if infra else "client"),
             retry,
