@@ -97,7 +97,7 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         dev_key = ensure_dev_key(settings.home)
         if dev_key is not None:
             log.info("dev API key", path=str(dev_key))
-    # The scheduler admits only the gateway's internal certificate (mutual TLS).
+    # The scheduler admits only calls signed with the gateway's internal certificate.
     identity = InternalPKI.of_home(settings.home).identity("gateway")
     channel = identity.aio_channel(
         "scheduler",

@@ -90,7 +90,8 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     signer = TokenSigner(layout.keyring_file())
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
-    # Internal callers prove who they are (mutual TLS); only the gateway acts for tenants.
+    # Internal callers prove who they are (a credential signed with their internal
+    # certificate, on TLS); only the gateway acts for tenants.
     identity = InternalPKI.of_home(settings.home).identity("scheduler")
     runner = ServiceRunner(
         "scheduler",
@@ -100,7 +101,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
         server_credentials=identity.server_credentials(),
         address_file=layout.run / "scheduler.addr",
         translate=disk_full_status,
-        authorize=SCHEDULER_CALLERS.check,
+        authorize=SCHEDULER_CALLERS.authorize(identity.verifier()),
     )
     pools = PoolFiller(lifecycle, templates, settings.pools)
     runner.add_servicer(
