@@ -17,7 +17,7 @@ from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.health_port import HealthPort, start_health_port
 from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
-from orchard.common.metrics import serve_metrics
+from orchard.common.metrics import metrics_token_file, serve_metrics
 from orchard.common.observability import ServerObservability
 from orchard.common.service_runner import (
     CONTROL_PLANE_SERVER_OPTIONS,
@@ -127,7 +127,11 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     )
     unregister = register_scheduler_metrics(store, lambda: pools.pools)
     if settings.metrics_listen is not None:
-        metrics = serve_metrics(settings.metrics_listen, layout.run / "scheduler.metrics.addr")
+        metrics = serve_metrics(
+            settings.metrics_listen,
+            metrics_token_file(settings.home),
+            layout.run / "scheduler.metrics.addr",
+        )
         log.info("scheduler metrics", address=metrics)
     health_port = None
     if settings.health_listen is not None:
