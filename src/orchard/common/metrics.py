@@ -38,8 +38,8 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import REGISTRY, Counter, Histogram, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from .address_file import write_address_file
@@ -156,7 +156,7 @@ _WSGI_AUTHORIZATION = "HTTP_AUTHORIZATION"
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Scrapes and refused knocks write no line to stderr."""
 
 
