@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from orchard.common.layout import orchard_home
-from orchard.common.metrics import serve_metrics
+from orchard.common.metrics import metrics_token_file, serve_metrics
 from orchard.common.process import start_service
 from orchard.common.tls import tls_from_arguments
 from orchard.common.tls_args import add_tls_arguments
@@ -140,7 +140,11 @@ def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
     start_service("executor")
     if metrics_listen is not None:
-        serve_metrics(metrics_listen, settings.layout.run / "executor.metrics.addr")
+        serve_metrics(
+            metrics_listen,
+            metrics_token_file(settings.layout.home),
+            settings.layout.run / "executor.metrics.addr",
+        )
     asyncio.run(serve(settings))
 
 

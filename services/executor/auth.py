@@ -20,7 +20,7 @@ from typing import Any
 
 from orchard.common.errors import ServiceError, unauthenticated
 from orchard.common.logging import bind_call
-from orchard.common.tokens import TokenClaims, TokenError, TokenVerifier
+from orchard.common.tokens import TokenClaims, TokenError, TokenVerifier, unverified_claims
 
 from .exec_quota import CALL_CLAIMS
 from .sandboxes import check_sandbox_id
@@ -61,6 +61,24 @@ class CallAuthorizer:
         CALL_CLAIMS.set(claims)
         bind_call(tenant=claims.tenant)
         return claims
+
+    def check_before_first_message(self, metadata: Iterable[Any] | None) -> None:
+        """For a request stream, before its first message (which names the sandbox): the
+        token must be valid for the sandbox it names itself, so a caller with a missing,
+        forged, expired or revoked token is refused at once instead of holding the
+        stream open until the idle bound. The check on the first message (its sandbox
+        id against the token's) still runs."""
+        token = bearer_token(metadata)
+        if token is None:
+            raise _token_invalid("missing 'authorization: Bearer <token>' metadata")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise _token_invalid("token is too long")
+        try:
+            sandbox_id, _ = unverified_claims(token)
+            check_sandbox_id(sandbox_id)
+        except (TokenError, ServiceError):
+            raise _token_invalid("malformed token") from None
+        self._verified_claims(token, sandbox_id)
 
     def _verified_claims(self, token: str, sandbox_id: str) -> TokenClaims:
         key = (token, sandbox_id)

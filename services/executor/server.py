@@ -109,6 +109,7 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
     async def Exec(
         self, request_iterator: AsyncIterator[pb.ExecRequest], context: Context
     ) -> AsyncIterator[pb.ExecEvent]:
+        self._authorizer.check_before_first_message(context.invocation_metadata())
         first = await next_or_idle(aiter(request_iterator), self._idle_seconds, "Exec")
         if first is None or first.WhichOneof("kind") != "start":
             raise invalid("the first ExecRequest must be `start`")
@@ -206,6 +207,7 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         self, request_iterator: AsyncIterator[pb.WriteFileRequest], context: Context
     ) -> pb.WriteFileResponse:
         requests = aiter(request_iterator)
+        self._authorizer.check_before_first_message(context.invocation_metadata())
         first = await next_or_idle(requests, self._idle_seconds, "WriteFile")
         if first is None or first.WhichOneof("kind") != "header":
             raise invalid("the first WriteFileRequest must be `header`")
@@ -225,6 +227,7 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         self, request_iterator: AsyncIterator[pb.UploadRequest], context: Context
     ) -> pb.UploadResponse:
         requests = aiter(request_iterator)
+        self._authorizer.check_before_first_message(context.invocation_metadata())
         first = await next_or_idle(requests, self._idle_seconds, "Upload")
         if first is None or first.WhichOneof("kind") != "header":
             raise invalid("the first UploadRequest must be `header`")
@@ -249,6 +252,7 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         self, request_iterator: AsyncIterator[pb.PortRequest], context: Context
     ) -> AsyncIterator[pb.PortEvent]:
         requests = aiter(request_iterator)
+        self._authorizer.check_before_first_message(context.invocation_metadata())
         first = await next_or_idle(requests, self._idle_seconds, "ConnectPort")
         if first is None or first.WhichOneof("kind") != "open":
             raise invalid("the first PortRequest must be `open`")

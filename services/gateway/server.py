@@ -16,7 +16,7 @@ from orchard.common.address_file import remove_address_file, write_address_file
 from orchard.common.health_port import HealthPort, start_health_port
 from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
-from orchard.common.metrics import serve_metrics
+from orchard.common.metrics import metrics_token_file, serve_metrics
 from orchard.common.observability import OutgoingContextInterceptor, ServerObservability
 from orchard.common.quotas import QUOTA_FILE, QuotaFile
 from orchard.common.service_runner import (
@@ -97,7 +97,7 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         dev_key = ensure_dev_key(settings.home)
         if dev_key is not None:
             log.info("dev API key", path=str(dev_key))
-    # The scheduler admits only the gateway's internal certificate (mutual TLS).
+    # The scheduler admits only calls signed with the gateway's internal certificate.
     identity = InternalPKI.of_home(settings.home).identity("gateway")
     channel = identity.aio_channel(
         "scheduler",
@@ -155,7 +155,9 @@ async def start(settings: GatewaySettings) -> RunningGateway:
         write_address_file(running.http_address_file, running.rest.address)
     if settings.metrics_listen is not None:
         running.metrics_address = serve_metrics(
-            settings.metrics_listen, run / "gateway.metrics.addr"
+            settings.metrics_listen,
+            metrics_token_file(settings.home),
+            run / "gateway.metrics.addr",
         )
     if settings.health_listen is not None:
         running.health_port = await start_health_port(runner.health, settings.health_listen)

@@ -17,7 +17,7 @@ from orchard._proto.orchard.v1 import pools_pb2_grpc, sandbox_pb2_grpc
 from orchard.common.health_port import HealthPort, start_health_port
 from orchard.common.internal_pki import InternalPKI
 from orchard.common.layout import NodeLayout
-from orchard.common.metrics import serve_metrics
+from orchard.common.metrics import metrics_token_file, serve_metrics
 from orchard.common.observability import ServerObservability
 from orchard.common.service_runner import (
     CONTROL_PLANE_SERVER_OPTIONS,
@@ -90,7 +90,8 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     signer = TokenSigner(layout.keyring_file())
     lifecycle = SandboxLifecycle(store, backend, signer, settings)
     await reconcile(store, backend)
-    # Internal callers prove who they are (mutual TLS); only the gateway acts for tenants.
+    # Internal callers prove who they are (a credential signed with their internal
+    # certificate, on TLS); only the gateway acts for tenants.
     identity = InternalPKI.of_home(settings.home).identity("scheduler")
     runner = ServiceRunner(
         "scheduler",
@@ -100,7 +101,7 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
         server_credentials=identity.server_credentials(),
         address_file=layout.run / "scheduler.addr",
         translate=disk_full_status,
-        authorize=SCHEDULER_CALLERS.check,
+        authorize=SCHEDULER_CALLERS.authorize(identity.verifier()),
     )
     pools = PoolFiller(lifecycle, templates, settings.pools)
     runner.add_servicer(
@@ -126,7 +127,11 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     )
     unregister = register_scheduler_metrics(store, lambda: pools.pools)
     if settings.metrics_listen is not None:
-        metrics = serve_metrics(settings.metrics_listen, layout.run / "scheduler.metrics.addr")
+        metrics = serve_metrics(
+            settings.metrics_listen,
+            metrics_token_file(settings.home),
+            layout.run / "scheduler.metrics.addr",
+        )
         log.info("scheduler metrics", address=metrics)
     health_port = None
     if settings.health_listen is not None:

@@ -159,7 +159,7 @@ def test_the_policy_admits_the_gateway_and_refuses_everyone_else(tmp_path: Path)
             "scheduler",
             "127.0.0.1:0",
             server_credentials=server.server_credentials(),
-            authorize=POLICY.check,
+            authorize=POLICY.authorize(server.verifier()),
         )
         runner.add_handlers(_handlers(ALLOWED), _handlers(UNLISTED))
         plain_port = runner.server.add_insecure_port("127.0.0.1:0")
@@ -192,7 +192,12 @@ def test_the_policy_admits_the_gateway_and_refuses_everyone_else(tmp_path: Path)
             "PERMISSION_DENIED: the scheduler may not call test.Internal on the scheduler "
             "(allowed: gateway)"
         )
-        # A certificate of another CA never completes the handshake.
-        assert outcomes["forged"][f"{ALLOWED}/{shape}"].startswith("UNAVAILABLE"), outcomes
+        # A credential signed by a certificate of another CA: UNAUTHENTICATED, saying so.
+        assert outcomes["forged"][f"{ALLOWED}/{shape}"] == (
+            "UNAUTHENTICATED: the scheduler refused this call's internal credential: the "
+            "certificate was not issued by this deployment's internal CA"
+        ), outcomes
         plain = outcomes["plaintext"][f"{ALLOWED}/{shape}"]
-        assert plain.startswith("UNAUTHENTICATED: the scheduler is internal"), plain
+        assert plain.startswith(
+            "UNAUTHENTICATED: the scheduler is internal: this call carries no internal credential"
+        ), plain

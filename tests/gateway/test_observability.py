@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -33,8 +34,33 @@ def spans_of(gw: GatewayStack, trace_id: str) -> list[dict[str, object]]:
 
 
 def scrape(gw: GatewayStack, service: str) -> str:
-    with urllib.request.urlopen(f"http://{gw.metrics_address(service)}/metrics", timeout=10) as r:
+    token = (gw.home / "secrets" / "metrics-token").read_text().strip()
+    request = urllib.request.Request(
+        f"http://{gw.metrics_address(service)}/metrics",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
         return str(r.read().decode())
+
+
+@pytest.mark.parametrize("service", ["gateway", "scheduler", "executor"])
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-token-0123456789", "Basic eA=="])
+def test_metrics_refuse_a_scraper_without_the_token(
+    gw: GatewayStack, service: str, authorization: str | None
+) -> None:
+    """Tenants' names, sandbox counts and call rates are not for any local process."""
+    headers = {} if authorization is None else {"Authorization": authorization}
+    request = urllib.request.Request(
+        f"http://{gw.metrics_address(service)}/metrics", headers=headers
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
+    assert refused.value.headers["WWW-Authenticate"] == "Bearer"
+    body = refused.value.read().decode()
+    assert "secrets/metrics-token" in body and "orchard_" not in body, body
+    token_file = gw.home / "secrets" / "metrics-token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
 
 
 def test_one_trace_spans_gateway_scheduler_backend_and_executor(gw: GatewayStack) -> None:

@@ -473,3 +473,43 @@ def test_the_charts_egress_caps_are_the_proxys(monkeypatch: pytest.MonkeyPatch) 
     docs = render({"egressProxy": {"limits": {"connectionsPerTenant": 100}}})
     with pytest.raises(ValueError, match="max_connections <= max_connections_per_tenant"):
         _proxy_limits(docs, monkeypatch)
+
+
+def test_metrics_ports_need_the_rendered_token() -> None:
+    """Every Deployment serving /metrics reads the scrape token from the chart's Secret
+    (ORCHARD_METRICS_TOKEN_FILE on a read-only mount), and the Secret holds a real token;
+    metrics.existingSecret replaces it."""
+    docs = render()
+    secret = next(
+        d
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"]["name"] == "orchard-metrics-token"
+    )
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(token) >= 32 and token.isalnum()
+    served = 0
+    for doc in docs:
+        if doc["kind"] != "Deployment":
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        for container in pod["containers"]:
+            if not any(str(a).startswith("--metrics-listen") for a in container.get("args", [])):
+                continue
+            served += 1
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            assert env["ORCHARD_METRICS_TOKEN_FILE"] == "/etc/orchard/metrics/token"
+            mount = next(m for m in container["volumeMounts"] if m["name"] == "metrics-token")
+            assert mount["mountPath"] == "/etc/orchard/metrics" and mount["readOnly"]
+            volume = next(v for v in pod["volumes"] if v["name"] == "metrics-token")
+            assert volume["secret"]["secretName"] == "orchard-metrics-token"
+    assert served == 2  # gateway and scheduler
+    mine = render({"metrics": {"existingSecret": "my-scrape-token"}})
+    assert not [d for d in mine if d["metadata"]["name"] == "orchard-metrics-token"]
+    volumes = [
+        v
+        for d in mine
+        if d["kind"] == "Deployment"
+        for v in d["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "metrics-token"
+    ]
+    assert [v["secret"]["secretName"] for v in volumes] == ["my-scrape-token"] * 2

@@ -73,7 +73,7 @@ def test_the_rendered_certificates_do_mutual_tls_under_the_scheduler_policy(
             "scheduler",
             "127.0.0.1:0",
             server_credentials=scheduler.server_credentials(),
-            authorize=SCHEDULER_CALLERS.check,
+            authorize=SCHEDULER_CALLERS.authorize(scheduler.verifier()),
         )
         runner.add_handlers(
             grpc.method_handlers_generic_handler(
@@ -98,11 +98,23 @@ def test_the_rendered_certificates_do_mutual_tls_under_the_scheduler_policy(
                         got[f"{who} list"] = "OK"
                     except grpc.aio.AioRpcError as err:
                         got[f"{who} list"] = err.code().name
+            # A pod with no certificate: TLS trusting the CA, no credential.
+            bare = grpc.ssl_channel_credentials(root_certificates=scheduler.ca_pem)
+            options = scheduler.channel_options("scheduler")
+            async with grpc.aio.secure_channel(address, bare, options=options) as channel:
+                try:
+                    await channel.unary_unary("/orchard.v1.SandboxService/ListSandboxes")(
+                        b"", timeout=10
+                    )
+                    got["uncredentialed list"] = "OK"
+                except grpc.aio.AioRpcError as err:
+                    got["uncredentialed list"] = err.code().name
         finally:
             await runner.stop(0)
 
     asyncio.run(main())
     assert got == {
+        "uncredentialed list": "UNAUTHENTICATED",
         "gateway health": "SERVING",
         "gateway list": "OK",
         "scheduler health": "SERVING",

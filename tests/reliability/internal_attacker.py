@@ -3,8 +3,9 @@
 ``python -m tests.reliability.internal_attacker '<json>'`` imports what it needs as root,
 then (``"uid"`` in the JSON) drops to that uid and gid and no groups, as any unprivileged
 local process runs; then it calls each service directly with forged ``orchard-tenant`` /
-``orchard-quota`` metadata and no credential, in every way it can (plaintext, TLS without a
-client certificate, TLS with a certificate of its own CA that claims to be the gateway),
+``orchard-quota`` metadata and no credential, in every way it can (plaintext; TLS trusting
+the CA certificate the scheduler's handshake sends, with no credential; the same with a
+credential signed by a certificate of its own CA that claims to be the gateway),
 and prints one JSON object: per attempt, the status code and message it got, or what it
 was answered (the sandboxes listed, the token handed out).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,23 @@ def _forged_gateway_identity() -> ServiceIdentity:
     return ServiceIdentity("gateway", cert_pem(leaf), key_pem(leaf_key), cert_pem(ca))
 
 
+def _served_ca(address: str) -> bytes:
+    """The last certificate of the chain the server's TLS handshake sends (no trust needed:
+    ``openssl s_client``, as an attacker would)."""
+    result = subprocess.run(
+        ["openssl", "s_client", "-connect", address, "-showcerts"],
+        input=b"",
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    begin, end = b"-----BEGIN CERTIFICATE-----", b"-----END CERTIFICATE-----"
+    last = result.stdout.rfind(begin)
+    if last < 0:
+        raise RuntimeError(f"no certificate from {address}: {result.stderr[-300:]!r}")
+    return result.stdout[last : result.stdout.index(end, last) + len(end)] + b"\n"
+
+
 def _read(path: str) -> str:
     try:
         Path(path).read_bytes()
@@ -90,13 +109,18 @@ def attack(config: dict[str, Any]) -> dict[str, Any]:
     out["secrets"] = {name: _read(path) for name, path in config["secret_files"].items()}
     with grpc.insecure_channel(scheduler) as plain:
         out["scheduler_plaintext"] = _scheduler_calls(plain, victim)
+    served_ca = _served_ca(scheduler)
+    options = ServiceIdentity.channel_options("scheduler")
+    trusting = grpc.ssl_channel_credentials(root_certificates=served_ca)
+    with grpc.secure_channel(scheduler, trusting, options=options) as channel:
+        out["scheduler_tls_no_credential"] = _scheduler_calls(channel, victim)
     forged = _forged_gateway_identity()
+    forged = ServiceIdentity("gateway", forged.cert_pem, forged.key_pem, served_ca)
     with forged.channel("scheduler", scheduler) as channel:
         out["scheduler_forged_cert"] = _scheduler_calls(channel, victim)
     ca_file = config.get("internal_ca")
     if ca_file and _read(ca_file) == "read":  # root can read the CA: TLS with no certificate
         credentials = grpc.ssl_channel_credentials(root_certificates=Path(ca_file).read_bytes())
-        options = ServiceIdentity.channel_options("scheduler")
         with grpc.secure_channel(scheduler, credentials, options=options) as channel:
             out["scheduler_no_client_cert"] = _scheduler_calls(channel, victim)
     with grpc.insecure_channel(config["executor"]) as channel:

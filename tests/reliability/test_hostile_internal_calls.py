@@ -7,13 +7,15 @@ their data-plane tokens and run commands in them, without quotas. The attacker
 PoolService, the node executor, the rewards service and the gateway directly, with forged
 metadata and no credential, as ``nobody`` and as root without the certificate.
 
-What holds now: the scheduler's port speaks only mutual TLS with certificates of the
-internal CA, whose keys are root's (0600 in a 0700 folder), so a caller without one is
-refused at the TLS handshake (the client sees UNAVAILABLE: gRPC's Python server cannot
-answer a status to a peer that did not finish the handshake); a caller with a certificate
-of the internal CA that is not the gateway's gets PERMISSION_DENIED naming who may call.
-The other listeners answer UNAUTHENTICATED: the executor wants a sandbox token, the rewards
-service and the gateway an API key.
+What holds now: the scheduler speaks only TLS, and every call must carry a credential
+signed with a certificate of the internal CA (``internal_credential``), whose keys are
+root's (0600 in a 0700 folder). A TLS caller without one gets UNAUTHENTICATED naming the
+missing credential (before: a refused handshake, which the client saw as UNAVAILABLE); one
+signed by another CA's certificate, UNAUTHENTICATED naming that; a caller with a
+certificate of the internal CA that is not the gateway's, PERMISSION_DENIED naming who may
+call. Plaintext to the TLS port cannot be answered a status (UNAVAILABLE) and gets
+nothing. The other listeners answer UNAUTHENTICATED: the executor wants a sandbox token,
+the rewards service and the gateway an API key.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ pytestmark = [*REQUIRES_STACK, pytest.mark.reliability]
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
-HANDSHAKE_REFUSED = "UNAVAILABLE"
 FORGED = (("orchard-tenant", "dev"), ("orchard-quota", "max_sandboxes=100000"))
 
 
@@ -84,10 +85,26 @@ def _run_attacker(stack: Stack, victim: Sandbox, uid: int | None) -> dict[str, A
     return out
 
 
-def _assert_scheduler_refused(calls: dict[str, Any], how: str) -> None:
+def _assert_scheduler_refused(calls: dict[str, Any], how: str, code: str, says: str) -> None:
     for name, outcome in calls.items():
-        assert outcome["code"] == HANDSHAKE_REFUSED, (how, name, outcome)
+        assert outcome["code"] == code, (how, name, outcome)
+        assert says in outcome["details"], (how, name, outcome)
         assert "listed" not in outcome and "token" not in outcome, (how, name, outcome)
+
+
+NO_CREDENTIAL = "this call carries no internal credential ('orchard-internal-identity' metadata"
+OTHER_CA = "the certificate was not issued by this deployment's internal CA"
+
+
+def _assert_every_way_refused(out: dict[str, Any]) -> None:
+    # Plaintext to a TLS port: no status can be answered, nothing is served.
+    _assert_scheduler_refused(out["scheduler_plaintext"], "plaintext", "UNAVAILABLE", "")
+    _assert_scheduler_refused(
+        out["scheduler_tls_no_credential"], "TLS, no credential", "UNAUTHENTICATED", NO_CREDENTIAL
+    )
+    _assert_scheduler_refused(
+        out["scheduler_forged_cert"], "its own CA's certificate", "UNAUTHENTICATED", OTHER_CA
+    )
 
 
 def _assert_clients_refused(out: dict[str, Any]) -> None:
@@ -102,8 +119,7 @@ def _assert_clients_refused(out: dict[str, Any]) -> None:
 def test_an_unprivileged_local_process_reaches_no_tenant(stack: Stack, victim: Sandbox) -> None:
     out = _run_attacker(stack, victim, NOBODY)
     assert out["uid"] == NOBODY
-    _assert_scheduler_refused(out["scheduler_plaintext"], "plaintext")
-    _assert_scheduler_refused(out["scheduler_forged_cert"], "a certificate of its own CA")
+    _assert_every_way_refused(out)
     # The internal keys are root's: nobody cannot even read them.
     assert out["secrets"] == dict.fromkeys(out["secrets"], "PermissionError"), out["secrets"]
     assert "scheduler_no_client_cert" not in out  # the internal CA is not readable either
@@ -115,9 +131,10 @@ def test_root_without_the_gateway_certificate_reaches_no_tenant(
 ) -> None:
     out = _run_attacker(stack, victim, None)
     assert out["uid"] == 0
-    _assert_scheduler_refused(out["scheduler_plaintext"], "plaintext")
-    _assert_scheduler_refused(out["scheduler_forged_cert"], "a certificate of its own CA")
-    _assert_scheduler_refused(out["scheduler_no_client_cert"], "TLS without a certificate")
+    _assert_every_way_refused(out)
+    _assert_scheduler_refused(
+        out["scheduler_no_client_cert"], "TLS, the CA file", "UNAUTHENTICATED", NO_CREDENTIAL
+    )
     _assert_clients_refused(out)
 
 

@@ -173,6 +173,61 @@ def test_exec_stream_without_start_is_ended(world: World) -> None:
     RESULTS["idle Exec before start"] = {"code": ended.value.code().name}
 
 
+def _forged(token: str) -> str:
+    head, _, signature = token.rpartition(".")
+    return f"{head}.{'A' if signature[0] != 'A' else 'B'}{signature[1:]}"
+
+
+@pytest.mark.parametrize("method", ["Exec", "WriteFile", "Upload", "ConnectPort"])
+@pytest.mark.parametrize("token", ["missing", "forged", "garbage"])
+def test_bad_token_is_refused_before_the_first_message(
+    world: World, method: str, token: str
+) -> None:
+    """A request stream whose token is missing, forged or not a token, and which sends no
+    message (so no sandbox id yet): refused at once, UNAUTHENTICATED / TOKEN_INVALID,
+    not held until the idle bound (it was held up to 300 s by default before)."""
+    metadata = {
+        "missing": (),
+        "forged": bearer(_forged(world.token)),
+        "garbage": bearer("x" * 200),
+    }[token]
+    release = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(grpc.RpcError) as refused:
+        if method in ("Exec", "ConnectPort"):
+            call = world.channel.stream_stream(world.call(method))
+            list(call(_held_open([], release), metadata=metadata, timeout=60))
+        else:
+            world.channel.stream_unary(world.call(method))(
+                _held_open([], release), metadata=metadata, timeout=60
+            )
+    seconds = time.monotonic() - start
+    release.set()
+    reason = dict(refused.value.trailing_metadata() or ()).get("orchard-reason", "")  # type: ignore[attr-defined]
+    RESULTS[f"bad token before first message {method} {token}"] = {
+        "code": refused.value.code().name,
+        "seconds": round(seconds, 3),
+    }
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
+    assert reason == "TOKEN_INVALID", reason
+    assert "sandbox token refused" in (refused.value.details() or "")
+    assert seconds < IDLE_SECONDS, seconds
+
+
+def test_valid_token_for_another_sandbox_is_refused_at_the_first_message(world: World) -> None:
+    """The early check takes the sandbox the token names; a first message naming another
+    sandbox is still refused (the token is bound to one sandbox)."""
+    message = executor_pb2.WriteFileRequest(
+        header=executor_pb2.WriteFileHeader(sandbox_id="another-sandbox", path="/tmp/x")
+    ).SerializeToString()
+    with pytest.raises(grpc.RpcError) as refused:
+        world.channel.stream_unary(world.call("WriteFile"))(
+            iter([message]), metadata=bearer(world.token), timeout=30
+        )
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
+    assert "another sandbox" in (refused.value.details() or ""), refused.value
+
+
 def test_tiny_messages_past_the_cap_are_refused(world: World) -> None:
     """MAX_SMALL + 500 one-byte chunks on one WriteFile: RESOURCE_EXHAUSTED at the cap (the
     chunks past the first 64 are paced per stream), a control exec meanwhile is served."""

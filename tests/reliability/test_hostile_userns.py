@@ -4,7 +4,7 @@ The attack: one sandbox opens inotify instances until the kernel refuses
 (``fs.inotify.max_user_instances``, 128 here). Without user namespaces every
 sandbox's root is host uid 0, so the attacker took all of host root's instances
 and a neighbour sandbox and the host's root then got EMFILE. With
-``ORCHARD_USERNS=1`` each sandbox runs on its own host uid range, in a namespace
+user namespaces (the default; ``ORCHARD_USERNS=0`` turns them off) each sandbox runs on its own host uid range, in a namespace
 owned by that range's first uid, so the attacker exhausts only its own count.
 
 Real ``orchard up`` stack, real runc, GNU ``tail -f`` as the inotify user (one
@@ -21,8 +21,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,20 +36,21 @@ ATTACK_TAILS = 160
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    # runc mounts the root from inside the sandbox's namespace, as a uid the host does
-    # not know: the home must be searchable by others (pytest's tmp dirs are 0700).
-    parent = Path(tempfile.mkdtemp(prefix="orchard-userns-", dir="/var/tmp"))
-    parent.chmod(0o711)
-    try:
-        # ORCHARD_TEST_USERNS=0 runs the same attacks without user namespaces: they fail
-        # (what this test proves is the namespaces' doing). Beware: the attack then takes
-        # host root's inotify instances for a few seconds, machine-wide.
-        setting = os.environ.get("ORCHARD_TEST_USERNS", "1")
-        with running_stack(parent / "home", {"ORCHARD_USERNS": setting}) as running:
-            yield running
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # The default (ORCHARD_USERNS unset), in pytest's tmp dir, which is 0700: runc
+    # reaches the sandbox's root through /run/orchard-userns, not through the home's
+    # parents (userns.reachable_bundle).
+    home = tmp_path_factory.mktemp("userns") / "home"
+    assert any(folder.stat().st_mode & 0o001 == 0 for folder in home.parent.parents), (
+        "the test means a home whose parents others cannot search"
+    )
+    # ORCHARD_TEST_USERNS=0 runs the same attacks without user namespaces: they fail
+    # (what this test proves is the namespaces' doing). Beware: the attack then takes
+    # host root's inotify instances for a few seconds, machine-wide.
+    setting = os.environ.get("ORCHARD_TEST_USERNS")
+    extra = {} if setting is None else {"ORCHARD_USERNS": setting}
+    with running_stack(home, extra) as running:
+        yield running
 
 
 def _create(stack: Stack, **kwargs: object) -> Sandbox:

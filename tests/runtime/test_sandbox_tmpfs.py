@@ -91,7 +91,8 @@ def test_tmpfs_layer_is_capped_charged_to_the_sandbox_and_mounted_nowhere(
 def test_without_tmpfs_upper_and_work_live_in_the_folder(
     settings: LocalSettings, run: Run, home: Path, loop: Any, disk: int
 ) -> None:
-    backend = LocalBackend(replace(settings, sandbox_disk_bytes=disk))
+    # Upper/work on disk: no detached layer, so no user namespaces (they need one).
+    backend = LocalBackend(replace(settings, sandbox_disk_bytes=disk, userns=False))
     try:
         made = run(backend.create(spec("disk-1")))
         nsenter(made.init_pid, "sh", "-c", "echo kept > /root/file")

@@ -50,6 +50,8 @@ def _usage(sandbox_id: str) -> int:
 def forced(settings: LocalSettings, monkeypatch: pytest.MonkeyPatch, loop: Any) -> Any:
     monkeypatch.setenv("ORCHARD_SCRATCH_MOUNT", "mounted")
     monkeypatch.setenv("ORCHARD_SANDBOX_DISK_BYTES", str(64 * MIB))
+    # User namespaces need the detached layer; the old-kernel fallback runs without them.
+    monkeypatch.setenv("ORCHARD_USERNS", "0")
     # Built the way the scheduler builds it (the env read by the settings' defaults).
     backend = LocalBackend(
         LocalSettings(

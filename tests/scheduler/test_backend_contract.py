@@ -77,7 +77,7 @@ def test_a_declaration_without_its_methods_is_refused_at_start(tmp_path: Path) -
 
 
 def test_the_real_backends_declare_what_they_implement(tmp_path: Path) -> None:
-    local = LocalBackend(LocalSettings(home=tmp_path, sandbox_disk_bytes=0))
+    local = LocalBackend(LocalSettings(home=tmp_path, sandbox_disk_bytes=0, userns=False))
     kube = KubernetesBackend(KubernetesSettings(api_host="http://127.0.0.1:1"))
     for backend in (local, kube):
         check_capabilities(backend)

@@ -1,4 +1,4 @@
-"""Who an internal caller is: an internal CA and one certificate per service (mutual TLS).
+"""Who an internal caller is: an internal CA and one certificate per service.
 
 Why mutual TLS (and not a shared secret or Unix sockets): it is the one mechanism that
 works the same on one machine and on Kubernetes (the scheduler is a TCP peer of the
@@ -10,8 +10,8 @@ certificate fields.
 Identities: a service's certificate names it as ``<service>.orchard.internal`` (its
 common name and its one DNS subjectAltName). The CA is private to Orchard (it is not the
 CA of ``orchard up --tls``, which clients trust), so only what it issued proves a name:
-the server authorizes the common name its TLS stack verified (``caller_policy``), and the
-client checks that it reached the service it dialled by that same name
+the server authorizes the name a caller's per-call signed credential proves (made with
+its certificate's key, ``internal_credential``; ``caller_policy``), and the client checks that it reached the service it dialled by that same name
 (:meth:`ServiceIdentity.channel_options` pins it with ``grpc.ssl_target_name_override``),
 whatever address the service listens on.
 
@@ -42,6 +42,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from .internal_credential import CredentialSigner, CredentialVerifier
 from .local_ca import RENEW_BEFORE_DAYS, cert_pem, issue, key_pem, make_ca, write_file
 
 ENV_INTERNAL_TLS_DIR = "ORCHARD_INTERNAL_TLS_DIR"
@@ -83,21 +84,32 @@ class ServiceIdentity:
     ca_pem: bytes = field(repr=False)
 
     def server_credentials(self) -> grpc.ServerCredentials:
-        """TLS with this certificate; every client must present one the internal CA issued
-        (the handshake refuses any other caller before a handler runs)."""
-        return grpc.ssl_server_credentials(
-            [(self.key_pem, self.cert_pem)],
-            root_certificates=self.ca_pem,
-            require_client_auth=True,
+        """TLS with this certificate. It asks the caller for no certificate (Python's gRPC
+        can only require one, and a refused handshake reaches the caller as UNAVAILABLE):
+        each call proves its caller with a signed credential instead
+        (``internal_credential``), checked before the handler (``caller_policy``)."""
+        # The chain carries the CA certificate (public): a caller that has no copy can
+        # still finish the handshake and be answered with a status, not a failed connect.
+        return grpc.ssl_server_credentials([(self.key_pem, self.cert_pem + self.ca_pem)])
+
+    def channel_credentials(self, peer: str) -> grpc.ChannelCredentials:
+        """Trust only the internal CA, present this service's certificate, and sign each
+        call's credential for ``peer``."""
+        return grpc.composite_channel_credentials(
+            grpc.ssl_channel_credentials(
+                root_certificates=self.ca_pem,
+                private_key=self.key_pem,
+                certificate_chain=self.cert_pem,
+            ),
+            self.signer().call_credentials(peer),
         )
 
-    def channel_credentials(self) -> grpc.ChannelCredentials:
-        """Trust only the internal CA, and present this service's certificate."""
-        return grpc.ssl_channel_credentials(
-            root_certificates=self.ca_pem,
-            private_key=self.key_pem,
-            certificate_chain=self.cert_pem,
-        )
+    def signer(self) -> CredentialSigner:
+        return CredentialSigner(self.cert_pem, self.key_pem)
+
+    def verifier(self) -> CredentialVerifier:
+        """Checks callers' credentials made for this service, against the internal CA."""
+        return CredentialVerifier(self.service, self.ca_pem, IDENTITY_SUFFIX)
 
     @staticmethod
     def channel_options(peer: str) -> list[tuple[str, str]]:
@@ -111,7 +123,7 @@ class ServiceIdentity:
         """A grpc.aio channel to ``peer`` at ``target`` (``host:port``), as this service."""
         return grpc.aio.secure_channel(
             target,
-            self.channel_credentials(),
+            self.channel_credentials(peer),
             options=[*options, *self.channel_options(peer)],
             **kwargs,  # type: ignore[arg-type]
         )
@@ -119,7 +131,7 @@ class ServiceIdentity:
     def channel(self, peer: str, target: str) -> grpc.Channel:
         """The same, blocking (tests and tools)."""
         return grpc.secure_channel(
-            target, self.channel_credentials(), options=self.channel_options(peer)
+            target, self.channel_credentials(peer), options=self.channel_options(peer)
         )
 
 

@@ -118,6 +118,7 @@ class LocalBackend:
         self.uid_ranges: userns.UidRanges | None = None
         if settings.userns:
             self.uid_ranges = self._uid_ranges()
+            _log_userns(settings)
 
     # -- Backend interface -------------------------------------------------------
 
@@ -136,10 +137,11 @@ class LocalBackend:
         except ValueError as err:
             raise BackendError.invalid(str(err)) from None
         bundle = self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable class
-        if self.uid_ranges is not None and bundle is not None:
+        if self.uid_ranges is not None and self.settings.userns_required and bundle is not None:
             raise BackendError.invalid(
-                "user namespaces (ORCHARD_USERNS=1) are implemented for sandboxes served by "
-                f"the node executor (runtime class 'runc'), not {spec.runtime_class or 'injected'!r}",
+                "user namespaces are required on this node (ORCHARD_USERNS=1) and are "
+                "implemented for sandboxes served by the node executor (runtime class "
+                f"'runc'), not {spec.runtime_class or 'injected'!r}",
                 reason="UNSUPPORTED",
             )
         if spec.runtime_class == RUNTIME_RUNSC and spec.network.networked:
@@ -342,11 +344,11 @@ class LocalBackend:
         """User namespaces on: the node's uid ranges, claims of a previous run read back."""
         if self.writable_layer.kind != scratch.DETACHED:
             raise BackendError.failure(
-                "user namespaces (ORCHARD_USERNS=1) need the detached tmpfs writable layer "
+                "user namespaces (on by default) need the detached tmpfs writable layer "
                 f"(Linux 6.13+, ORCHARD_SCRATCH_MOUNT=auto or detached); this node has "
-                f"{self.writable_layer.kind!r}"
+                f"{self.writable_layer.kind!r}: set ORCHARD_USERNS=0 to run sandboxes without "
+                "them (sandbox root is then host root)"
             )
-        userns.check_traversable(self.layout.sandboxes)
         ranges = userns.UidRanges(
             self.layout.run / userns.CLAIMS_DIR,
             self.settings.userns_uid_base,
@@ -358,7 +360,8 @@ class LocalBackend:
     def _start(
         self, sandbox: SandboxLayout, spec: SandboxSpec, image: StoredImage, init_binary: Path
     ) -> BackendSandbox:
-        if self.uid_ranges is None:
+        if self.uid_ranges is None or self._bundle_for(spec.runtime_class) is not None:
+            # Off, or a runtime class without them (refused in create when required).
             return self._start_in(sandbox, spec, image, init_binary, None)
         uid_range = self.uid_ranges.claim(sandbox.dir)
         # runc mounts the root from inside the namespace: the sandbox's root must reach
@@ -409,6 +412,8 @@ class LocalBackend:
             userns=None if ns is None else (ns[0].path, ns[1].mapping),
         )
         config["mounts"].append(self.network.resolv_conf_mount(sandbox.dir))
+        if ns is not None:
+            userns.reroute(config, sandbox.dir, init_binary)
         oci_config.write_config(sandbox.dir, config)
         env = image_env_defaults(image.env)
         env.update(spec.env)
@@ -426,6 +431,9 @@ class LocalBackend:
             init_pid = self.runsc.run_detached(
                 spec.sandbox_id, sandbox.dir, sandbox.dir / PID_FILE, sandbox.dir / LOG_FILE
             )
+        elif ns is not None:
+            with userns.reachable_bundle(sandbox.dir, init_binary):
+                init_pid = self._run_runc(spec.sandbox_id, sandbox, inject)
         else:
             init_pid = self._run_runc(spec.sandbox_id, sandbox, inject)
         if inject is not None:
@@ -526,6 +534,8 @@ class LocalBackend:
             # what ``runc delete`` would still do (rmdir the cgroups, drop the state
             # dir) is done below without starting runc (~5 ms of CPU per sandbox).
         self.network.detach_sync(sandbox_id)
+        if uid_range is not None:
+            userns.drop_reachable(sandbox_id)  # left by a create killed while runc ran
         if sandbox.dir.exists():
             overlay.unmount_overlay(sandbox.rootfs)
             scratch.unmount_scratch(sandbox.dir)  # after the overlay that sits on it
@@ -591,6 +601,17 @@ class LocalBackend:
             if sandbox is not None:
                 found.append(sandbox)
         return found
+
+
+def _log_userns(settings: LocalSettings) -> None:
+    if settings.userns_required:
+        log.info("user namespaces: required for every sandbox (ORCHARD_USERNS=1)")
+    else:
+        log.info(
+            "user namespaces: on for runtime class 'runc'; sandboxes of runtime classes "
+            "'injected' and 'runsc' run without one (ORCHARD_USERNS=1 refuses them, "
+            "ORCHARD_USERNS=0 turns namespaces off)"
+        )
 
 
 def _log_writable_layer(layer: scratch.WritableLayer) -> None:

@@ -149,6 +149,7 @@ SYS_MOUNT_SETATTR = 442
 OPEN_TREE_CLONE = 0x1
 OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
 MOUNT_ATTR_IDMAP = 0x00100000
 
 
@@ -161,12 +162,14 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
-def open_tree(path: str) -> int:
-    """A detached clone of the mount at ``path`` (close-on-exec), in no mount table."""
+def open_tree(path: str, *, recursive: bool = False) -> int:
+    """A detached clone of the mount at ``path`` (close-on-exec), in no mount table;
+    ``recursive``: with the mounts below it (a recursive bind)."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (AT_RECURSIVE if recursive else 0)
     return _checked(
         _libc.syscall(
             ctypes.c_long(SYS_OPEN_TREE), ctypes.c_int(AT_FDCWD), path.encode(),
-            ctypes.c_uint(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC),
+            ctypes.c_uint(flags),
         ),
         f"open_tree {path}",
     )  # fmt: skip

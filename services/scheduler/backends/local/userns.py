@@ -5,7 +5,17 @@ kernel limit (inotify instances, user namespaces, ...) is shared by all sandboxe
 and by the host's root: one sandbox taking all 128 inotify instances left every
 other sandbox and host root with EMFILE.
 
-What each sandbox gets (``ORCHARD_USERNS=1``): ``RANGE_SIZE`` host ids from
+On by default for runc sandboxes (``ORCHARD_USERNS`` unset): sandboxes of the
+``injected`` and ``runsc`` runtime classes run without one (not implemented for them:
+their bundle mounts and runsc's own namespace handling were never mapped; gVisor's
+Sentry keeps the sandbox's per-uid counts in its own kernel), which the scheduler logs
+once at start and docs/architecture.md states. ``ORCHARD_USERNS=1`` requires a namespace for every
+sandbox (an injected or runsc create is then refused, INVALID_ARGUMENT
+UNSUPPORTED); ``ORCHARD_USERNS=0`` turns them off (sandbox root is host root again).
+A node that cannot run them (no detached tmpfs writable layer) refuses to start and
+says to set ``ORCHARD_USERNS=0``.
+
+What each sandbox gets: ``RANGE_SIZE`` host ids from
 ``uid_base + index * RANGE_SIZE`` (:class:`UidRanges`: one claim file per index
 under ``run/uid-ranges``, made with O_EXCL so two creates never share one, removed
 on delete, read back after a restart), and a user namespace mapping 0..65535 in
@@ -35,6 +45,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..base import BackendError
 from . import syscalls
@@ -47,12 +58,23 @@ RANGE_FILE = "uid-range"
 """In the sandbox folder: the index of its range (the claim file says which sandbox)."""
 
 
-def enabled_from_env() -> bool:
-    """``ORCHARD_USERNS``: "1" runs runc sandboxes in user namespaces; "0"/unset: not."""
+def _setting() -> str:
     raw = os.environ.get("ORCHARD_USERNS", "").strip()
     if raw not in ("", "0", "1"):
-        raise ValueError(f"ORCHARD_USERNS must be 0 or 1, not {raw!r}")
-    return raw == "1"
+        raise ValueError(f"ORCHARD_USERNS must be 0 or 1 (or unset), not {raw!r}")
+    return raw
+
+
+def enabled_from_env() -> bool:
+    """``ORCHARD_USERNS``: unset (the default) or "1": runc sandboxes run in user
+    namespaces; "0": none does (sandbox root is host root)."""
+    return _setting() != "0"
+
+
+def required_from_env() -> bool:
+    """``ORCHARD_USERNS=1``: every sandbox must run in one; runtime classes that cannot
+    (injected, runsc) are refused instead of running without."""
+    return _setting() == "1"
 
 
 def _int_from_env(name: str, default: int) -> int:
@@ -254,17 +276,83 @@ def idmapped_tree(path: Path, userns_fd: int) -> int:
     return fd
 
 
-def check_traversable(path: Path) -> None:
-    """runc sets the sandbox up from inside its user namespace, as an uid the host
-    does not know: every folder above the sandboxes must be searchable by others."""
-    for folder in (path, *path.parents):
+REACHABLE_ROOT = Path("/run/orchard-userns")
+"""Where a sandbox's folder is bound while runc starts it (see :func:`reachable_bundle`)."""
+INIT_IN_BUNDLE = "orchard-init"
+"""In the sandbox folder, while runc starts: the mount point of the init binary's bind."""
+
+
+@contextlib.contextmanager
+def reachable_bundle(sandbox_dir: Path, init_binary: Path) -> Iterator[Path]:
+    """The sandbox's folder (with its rootfs mount) bound at ``/run/orchard-userns/<id>``
+    for as long as runc starts the sandbox; yields that path.
+
+    Why: runc mounts the root and the bind sources from inside the sandbox's user
+    namespace, as a uid the host does not know, so every folder on those paths must
+    be searchable by others. The home's own parents need not be (pytest's tmp dirs,
+    /root are 0700), and we do not chmod an operator's folders: the paths runc sees
+    go through ``/run/orchard-userns`` (0711) instead. The sandbox folder itself is
+    0710 with the range's gid (the caller set that). The init binary (in the home)
+    is bound onto a file in the folder first, so the same recursive clone carries it.
+    After ``runc run`` the bind goes: the sandbox has pivoted into its root, and its
+    mount namespace keeps its own copy of what it mounted.
+    """
+    REACHABLE_ROOT.mkdir(mode=0o711, exist_ok=True)
+    if REACHABLE_ROOT.stat().st_mode & 0o001 == 0:
+        REACHABLE_ROOT.chmod(0o711)
+    init_target = sandbox_dir / INIT_IN_BUNDLE
+    alias = REACHABLE_ROOT / sandbox_dir.name
+    init_target.touch(mode=0o500)
+    mounted: list[Path] = []
+    try:
+        fd = syscalls.open_tree(str(init_binary))
         try:
-            mode = folder.stat().st_mode
-        except OSError as err:
-            raise BackendError.failure(f"user namespaces: cannot stat {folder}: {err}") from err
-        if not mode & 0o001:
-            raise BackendError.failure(
-                f"user namespaces (ORCHARD_USERNS=1) need {folder} searchable by others "
-                f"(mode {mode & 0o777:o}; chmod o+x), since runc mounts the sandbox's root "
-                "from inside its namespace"
-            )
+            syscalls.move_mount(fd, str(init_target))
+        finally:
+            os.close(fd)
+        mounted.append(init_target)
+        alias.mkdir(mode=0o700, exist_ok=True)
+        fd = syscalls.open_tree(str(sandbox_dir), recursive=True)
+        try:
+            syscalls.move_mount(fd, str(alias))
+        finally:
+            os.close(fd)
+        mounted.append(alias)
+        yield alias
+    finally:
+        for path in reversed(mounted):
+            with contextlib.suppress(OSError):
+                syscalls.umount(str(path), lazy=True)
+        drop_reachable(sandbox_dir.name)
+        with contextlib.suppress(OSError):
+            init_target.unlink()
+
+
+def drop_reachable(sandbox_id: str) -> None:
+    """Remove a sandbox's ``/run/orchard-userns/<id>`` (its bind, when a killed create left
+    one; idempotent; delete calls it)."""
+    alias = REACHABLE_ROOT / sandbox_id
+    with contextlib.suppress(OSError):
+        while syscalls.umount(str(alias), lazy=True):
+            pass
+    with contextlib.suppress(OSError):
+        alias.rmdir()
+
+
+def reroute(config: dict[str, Any], sandbox_dir: Path, init_binary: Path) -> None:
+    """Point the OCI config's root and bind sources that lie in ``sandbox_dir`` (and the
+    init binary) at their place under :func:`reachable_bundle`'s alias."""
+    alias = REACHABLE_ROOT / sandbox_dir.name
+
+    def moved(path: str) -> str:
+        if path == str(init_binary):
+            return str(alias / INIT_IN_BUNDLE)
+        inner = Path(path)
+        if inner == sandbox_dir or sandbox_dir in inner.parents:
+            return str(alias / inner.relative_to(sandbox_dir))
+        return path
+
+    config["root"]["path"] = moved(config["root"]["path"])
+    for mount in config["mounts"]:
+        if mount.get("type") == "bind":
+            mount["source"] = moved(mount["source"])
