@@ -278,6 +278,8 @@ class ThrottledProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
         self.closed = False
+        self.sent = 0
+        """Bytes forwarded downstream (registry -> client) so far."""
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -300,17 +302,18 @@ class ThrottledProxy:
                 target=self._pipe, args=(upstream, client, self.rate), daemon=True
             ).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket, rate: int) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, rate: int) -> None:
         chunk = 64 << 10
         try:
             while data := src.recv(chunk):
                 dst.sendall(data)
                 if rate:
+                    self.sent += len(data)
                     time.sleep(len(data) / rate)
         except OSError:
             pass
         finally:
-            for s in (src, dst):
+            for sock in (src, dst):
                 with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
