@@ -83,6 +83,15 @@ def test_references() -> None:
     )
 
 
+def test_the_recipe_names_images_as_the_pull_stores_them() -> None:
+    """recipes/swe/images.py (public SDK only) carries its own copy of the naming rule."""
+    from orchard.recipes.swe.images import local_image_name
+
+    for ref in ("python", "python:3.11", "a/b/c:v1", "127.0.0.1:5000/swe/x__y-1:latest",
+                f"ghcr.io/o/r:t@sha256:{'0' * 64}", "swebench/sweb.eval.x86_64.a__b-1"):  # fmt: skip
+        assert local_image_name(ref) == local_name(parse_ref(ref)), ref
+
+
 def test_challenges() -> None:
     c = auth.parse_challenge(
         'Bearer realm="https://auth.example/token",service="reg",scope="repository:a/b:pull"'
