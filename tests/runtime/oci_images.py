@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import json
 import random
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from .image_inputs import Entry, layer_tar
 
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 INDEX = "application/vnd.oci.image.index.v1+json"
 CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -35,6 +37,8 @@ class ImageSpec:
     user: str = "1000:1000"
     cmd: list[str] = field(default_factory=lambda: ["/bin/sh"])
     gzip_layers: bool = True
+    zstd_layers: bool = False
+    """Compress the layers with Debian's zstd program instead (``+zstd`` media type)."""
 
 
 def random_file_layer(name: str, size: int, seed: int) -> bytes:
@@ -59,7 +63,12 @@ def _manifest(blobs: _Blobs, spec: ImageSpec) -> dict[str, Any]:
     layer_descs, diff_ids = [], []
     for layer in spec.layers:
         diff_ids.append("sha256:" + hashlib.sha256(layer).hexdigest())
-        if spec.gzip_layers:
+        if spec.zstd_layers:
+            packed = subprocess.run(
+                ["zstd", "-q", "-c"], input=layer, capture_output=True, check=True
+            )
+            layer_descs.append(blobs.put(packed.stdout, LAYER_ZSTD))
+        elif spec.gzip_layers:
             layer_descs.append(blobs.put(gzip.compress(layer, compresslevel=1), LAYER_GZIP))
         else:
             layer_descs.append(blobs.put(layer, LAYER_TAR))

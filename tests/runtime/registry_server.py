@@ -39,6 +39,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
+from orchard.common import local_ca
+
 REGISTRY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 SKOPEO = shutil.which("skopeo") or "/usr/bin/skopeo"
 SERVICE = "orchard-test-registry"
@@ -221,8 +223,10 @@ def running_registry(
     htpasswd: dict[str, str] | None = None,
     token: TokenServer | None = None,
     creds: str | None = None,
+    tls: bool = False,
 ) -> Iterator[Registry]:
-    """``docker-registry serve`` on a free loopback port with storage in ``folder``."""
+    """``docker-registry serve`` on a free loopback port with storage in ``folder``; with
+    ``tls``, HTTPS with a certificate for 127.0.0.1 from a CA written to ``folder/ca.pem``."""
     folder.mkdir(parents=True, exist_ok=True)
     auth: dict[str, Any] | None = None
     if htpasswd is not None:
@@ -240,7 +244,13 @@ def running_registry(
         }
     port = free_port()
     config = folder / "config.yml"
-    config.write_text(_config(folder, port, auth))
+    text = _config(folder, port, auth)
+    if tls:
+        cert, key = _server_cert(folder)
+        text = text.replace(
+            "http:\n", f"http:\n  tls:\n    certificate: {cert}\n    key: {key}\n", 1
+        )
+    config.write_text(text)
     with open(folder / "registry.log", "wb") as log:
         proc = subprocess.Popen([REGISTRY, "serve", str(config)], stdout=log, stderr=log)
     registry = Registry(f"127.0.0.1:{port}", folder, proc, creds)
@@ -248,7 +258,10 @@ def running_registry(
         deadline = time.monotonic() + 20
         while True:
             try:
-                urllib.request.urlopen(f"http://{registry.host}/v2/", timeout=2).close()
+                if tls:
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                else:
+                    urllib.request.urlopen(f"http://{registry.host}/v2/", timeout=2).close()
                 break
             except urllib.error.HTTPError:
                 break  # 401: up, and asking for auth
@@ -266,6 +279,18 @@ def running_registry(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _server_cert(folder: Path) -> tuple[Path, Path]:
+    """A CA (``ca.pem``) and a server certificate for IP 127.0.0.1 signed by it (the
+    same CA code ``orchard up --tls`` uses)."""
+    ca, ca_key = local_ca.make_ca("orchard test registry CA")
+    cert, key = local_ca.issue(ca, ca_key, ["127.0.0.1"])
+    (folder / "ca.pem").write_bytes(local_ca.cert_pem(ca))
+    cert_path, key_path = folder / "server.pem", folder / "server.key"
+    cert_path.write_bytes(local_ca.cert_pem(cert))
+    key_path.write_bytes(local_ca.key_pem(key))
+    return cert_path, key_path
 
 
 class ThrottledProxy:

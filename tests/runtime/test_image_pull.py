@@ -480,3 +480,36 @@ def test_token_auth(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch
             assert tokens.requests[-1]["scopes"] == ["repository:private/tiny:pull"]
     finally:
         tokens.close()
+
+
+@needs_registry
+def test_zstd_layers_over_tls(tmp_path: Path, store: Path) -> None:
+    """HTTPS with a private CA (``--ca-file``) and a zstd-compressed layer."""
+    layout = write_layout(tmp_path / "z", "1", [ImageSpec([layer_tar(LAYER_1)], zstd_layers=True)])
+    with running_registry(tmp_path / "reg", tls=True) as reg:
+        reg.push(layout, "1", "zstd")
+        ref = f"{reg.host}/zstd:1"
+        err = pull_error(store, ref, plain_http=False)
+        assert err.reason == "REGISTRY_UNREACHABLE" and "CERTIFICATE_VERIFY_FAILED" in err.message
+        image, _ = pull(store, ref, plain_http=False, ca_file=reg.folder / "ca.pem")
+    assert (image.layer_paths[0] / "etc/hello").read_text() == "hello\n"
+    assert image.origin["layer_digests"][0].startswith("sha256:")
+
+
+def test_terminal_progress_redraws_one_line_per_layer() -> None:
+    import io as _io
+
+    from orchard.scheduler.backends.local.pull.progress import TerminalPrinter, human_bytes
+
+    out = _io.StringIO()
+    show = TerminalPrinter(out)
+    digest = "sha256:" + "ab" * 32
+    show(PullEvent("resolved", ref="r/x:1", layers=2, digest=digest, size=3_000_000, name="x:1"))
+    show(PullEvent("layer", layer=1, layers=2, digest=digest, size=2_000_000, status="download"))
+    show(PullEvent("layer", layer=2, layers=2, digest=digest, size=1_000_000, status="cached"))
+    show(PullEvent("bytes", layer=1, layers=2, digest=digest, size=2_000_000, done=1_000_000))
+    text = out.getvalue()
+    assert "\x1b[2F" in text  # the two layer lines were rewritten in place
+    assert text.rstrip().endswith("layer 2/2 abababababab: already unpacked (1.0 MB)")
+    assert "1.0 MB / 2.0 MB [##########..........]" in text
+    assert human_bytes(999) == "999 B" and human_bytes(1_500_000_000) == "1.5 GB"

@@ -50,7 +50,12 @@ def _register_pull(sub: Any) -> None:
     p = sub.add_parser(
         "pull", help="pull an image from an OCI / Docker registry (on this node, resumable)"
     )
-    p.add_argument("ref", metavar="REF", help="[registry/]repository[:tag][@sha256:...]")
+    p.add_argument(
+        "ref",
+        metavar="REF",
+        help="an image reference: host:port/repository:tag, "
+        "a digest after @, Docker Hub without a host",
+    )
     p.add_argument("--name", default=None, help="the image's name in Orchard (default: "
                    "the reference's last path component and tag)")  # fmt: skip
     p.add_argument("--platform", default="linux/amd64", help="os/arch[/variant] picked "
