@@ -513,3 +513,55 @@ def test_terminal_progress_redraws_one_line_per_layer() -> None:
     assert text.rstrip().endswith("layer 2/2 abababababab: already unpacked (1.0 MB)")
     assert "1.0 MB / 2.0 MB [##########..........]" in text
     assert human_bytes(999) == "999 B" and human_bytes(1_500_000_000) == "1.5 GB"
+
+
+@needs_registry
+def test_a_repeated_layer_is_kept_once_at_its_top(store: Path, registry: Registry) -> None:
+    """Old manifests repeat layers; overlayfs refuses a lower dir twice (ELOOP)."""
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {}}).encode()
+    one, two = gzip.compress(layer_tar(LAYER_1)), gzip.compress(layer_tar(LAYER_2))
+    gz = manifests.LAYER_TYPES[1]
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": manifests.DOCKER_MANIFEST,
+        "config": _desc(config, manifests.CONFIG_TYPES[1]),
+        "layers": [_desc(one, gz), _desc(two, gz), _desc(one, gz)],
+    }
+    push_raw(registry, "repeats", "1", manifest, [config, one, two])
+    image, _ = pull(store, f"{registry.host}/repeats:1")
+    assert [p.resolve().name for p in image.layer_paths] == [
+        "sha256-" + hashlib.sha256(two).hexdigest(),
+        "sha256-" + hashlib.sha256(one).hexdigest(),
+    ]
+    with merged_view(image.layer_paths) as merged:
+        # The top copy of layer 1 brings back what layer 2 had removed.
+        assert (merged / "etc/hello").read_text() == "hello\n"
+        assert sorted(os.listdir(merged / "data")) == ["a", "b", "c"]
+
+
+@needs_registry
+def test_a_dead_pulls_half_unpacked_layer_is_removed(
+    store: Path, registry: Registry, tmp_path: Path
+) -> None:
+    registry.push(two_layer_layout(tmp_path), "1", "tiny")
+    dead = store / ".layers" / ".tmp-999999999-abc"
+    alive = store / ".layers" / f".tmp-{os.getpid()}-abc"
+    for folder in (dead, alive):
+        (folder / "etc").mkdir(parents=True)
+    pull(store, f"{registry.host}/tiny:1")
+    assert not dead.exists() and alive.is_dir()
+
+
+def test_a_full_disk_is_refused_before_downloading(tmp_path: Path) -> None:
+    from orchard.scheduler.backends.local.pull.blobs import BlobStore
+    from orchard.scheduler.backends.local.pull.pull import _check_space
+
+    huge = manifests.Descriptor(manifests.LAYER_TYPES[1], "sha256:" + "1" * 64, 1 << 60)
+    config = manifests.Descriptor(manifests.CONFIG_TYPES[0], "sha256:" + "2" * 64, 10)
+    with pytest.raises(PullError) as err:
+        _check_space(
+            BlobStore(tmp_path / "images"),
+            manifests.Manifest("m", config, [huge]),
+            tmp_path / "images",
+        )
+    assert err.value.reason == "INSUFFICIENT_STORAGE" and str((1 << 60) + 10) in err.value.message

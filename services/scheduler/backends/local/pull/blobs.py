@@ -5,7 +5,8 @@ Layout under the images folder (hidden: ``ImageStore.list`` skips dot-folders)::
     .blobs/sha256/<hex>            a verified blob (layer tarball, config)
     .blobs/sha256/<hex>.partial    a blob being downloaded (flock'ed by its writer)
     .layers/sha256-<hex>/          the unpacked layer of blob <hex>, read-only lower dir
-    .layers/.tmp-*                 a layer being unpacked
+    .layers/.tmp-<pid>-*           a layer being unpacked (removed by the next pull once
+                                   that process is gone)
 
 A blob is renamed into place only after its size and digest matched, so a
 name in ``.blobs`` is a verified blob. An interrupted download leaves its
@@ -31,6 +32,7 @@ from .ref import DIGEST_RE
 BLOBS_DIR = ".blobs"
 LAYERS_DIR = ".layers"
 PARTIAL_SUFFIX = ".partial"
+TMP_PREFIX = ".tmp-"
 HASH_CHUNK = 1 << 20
 
 
@@ -106,9 +108,32 @@ class BlobStore:
     def new_layer_tmp(self) -> Path:
         self.layers.mkdir(parents=True, exist_ok=True)
         os.chmod(self.layers, 0o755)  # runc in a user namespace walks through it
-        path = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.layers))
+        path = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=self.layers))
         os.chmod(path, 0o755)
         return path
+
+    def remove_dead_tmp(self) -> None:
+        """Drop the half-unpacked layers of pulls whose process is gone (a kill mid-unpack)."""
+        if not self.layers.is_dir():
+            return
+        for entry in self.layers.iterdir():
+            if not entry.name.startswith(TMP_PREFIX):
+                continue
+            pid = entry.name[len(TMP_PREFIX) :].partition("-")[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def missing_bytes(self, blobs: list[tuple[str, int]]) -> int:
+        """Bytes still to download for ``(digest, size)`` pairs (partials count as done)."""
+        total = 0
+        for digest, size in dict(blobs).items():
+            if self.has_blob(digest, size) or self.has_layer(digest):
+                continue
+            try:
+                total += max(0, size - self.partial_path(digest).stat().st_size)
+            except FileNotFoundError:
+                total += size
+        return total
 
     def install_layer(self, tmp: Path, digest: str) -> Path:
         """Rename the unpacked ``tmp`` into place; a copy another pull put there first wins."""

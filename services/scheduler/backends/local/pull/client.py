@@ -139,7 +139,14 @@ class RegistryClient:
                         f"{self.ref}: {self.ref.api_host} answered {resp.status} for {path}: "
                         f"{await _error_text(resp)}",
                     )
-                yield resp
+                try:
+                    yield resp
+                except (TimeoutError, aiohttp.ClientError, ConnectionError) as err:
+                    raise PullError(
+                        REGISTRY_UNREACHABLE,
+                        f"{self.ref}: reading {path} from {self.ref.api_host} failed: "
+                        f"{type(err).__name__}: {err}",
+                    ) from None
                 return
             finally:
                 resp.release()

@@ -15,6 +15,7 @@ verified blobs and layers for the next attempt.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import shutil
@@ -35,10 +36,12 @@ from .blobs import LAYERS_DIR, BlobStore, hash_file
 from .client import RegistryClient
 from .errors import (
     DIGEST_MISMATCH,
+    INSUFFICIENT_STORAGE,
     INVALID_MANIFEST,
     INVALID_REFERENCE,
     PLATFORM_NOT_FOUND,
     REGISTRY_UNREACHABLE,
+    STORAGE_ERROR,
     PullError,
 )
 from .manifests import (
@@ -227,7 +230,10 @@ class _Pull:
                             self.emit("bytes", layer=layer, digest=desc.digest, size=desc.size,
                                       done=done)  # fmt: skip
                 except (TimeoutError, aiohttp.ClientError, OSError) as err:
-                    if isinstance(err, OSError) and not isinstance(err, ConnectionError):
+                    # Disk errors are not the network's (TimeoutError is an OSError too).
+                    if isinstance(err, OSError) and not isinstance(
+                        err, (ConnectionError, TimeoutError)
+                    ):
                         raise
                     raise PullError(
                         REGISTRY_UNREACHABLE,
@@ -283,6 +289,30 @@ class _Pull:
             raise
         os.chmod(tmp, 0o755)
         return self.blobs.install_layer(tmp, digest)
+
+
+def _topmost(layer_dirs: list[Path]) -> list[Path]:
+    """Each layer once, at its topmost position. overlayfs refuses a lower dir given twice,
+    and old manifests repeat layers (the empty one above all); dropping the lower copies
+    changes nothing in the merged view, since the top copy brings every file and whiteout
+    of the layer again over everything below it."""
+    last = {path: i for i, path in enumerate(layer_dirs)}
+    return [path for i, path in enumerate(layer_dirs) if last[path] == i]
+
+
+def _check_space(store: BlobStore, manifest: Manifest, images_dir: Path) -> None:
+    """Refuse a pull whose blobs alone do not fit (unpacked layers need more on top)."""
+    pairs = [(d.digest, d.size) for d in (manifest.config, *manifest.layers)]
+    needed = store.missing_bytes(pairs)
+    folder = images_dir
+    while not folder.exists():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise PullError(
+            INSUFFICIENT_STORAGE,
+            f"the image's blobs need {needed} bytes to download and {folder} has {free} free",
+        )
 
 
 def _check_platform(config: ImageConfig, platform: str, ref: str) -> None:
@@ -354,17 +384,40 @@ async def pull_image(
     except BackendError as err:
         raise PullError(INVALID_REFERENCE, err.message) from None
     normalize_platform(platform)
+    try:
+        return await _pull(images_dir, ref, stored_name, platform, auth_file, plain_http,
+                           ca_file, parallel, progress)  # fmt: skip
+    except OSError as err:  # the node's disk, not the registry (those are PullErrors)
+        raise PullError(
+            INSUFFICIENT_STORAGE if err.errno == errno.ENOSPC else STORAGE_ERROR,
+            f"{ref}: writing the images folder {images_dir} failed: {err}",
+        ) from None
+
+
+async def _pull(
+    images_dir: Path,
+    ref: ImageRef,
+    stored_name: str,
+    platform: str,
+    auth_file: Path | None,
+    plain_http: bool,
+    ca_file: Path | None,
+    parallel: int,
+    progress: Progress | None,
+) -> StoredImage:
     started = time.monotonic()
     emit = progress or (lambda _event: None)
     credentials = find_credentials(ref.registry, auth_file)
     async with RegistryClient.new_session(ca_file, connections=parallel + 2) as session:
         client = RegistryClient(ref, session, credentials=credentials, plain_http=plain_http)
         job = _Pull(client, BlobStore(images_dir), emit, parallel)
+        await asyncio.to_thread(job.blobs.remove_dead_tmp)
         manifest, manifest_digest, index_digest = await job.resolve(platform)
         job.total_layers = len(manifest.layers)
-        config_blob = await job.fetch(manifest.config, "config")
         if manifest.config.size > MAX_CONFIG_BYTES:
             raise PullError(INVALID_MANIFEST, f"{ref}: image config over {MAX_CONFIG_BYTES} bytes")
+        _check_space(job.blobs, manifest, images_dir)
+        config_blob = await job.fetch(manifest.config, "config")
         config = parse_config(config_blob.read_bytes(), f"{ref} config")
         _check_platform(config, platform, str(ref))
         job.emit("resolved", digest=manifest_digest, name=stored_name,
@@ -387,7 +440,7 @@ async def pull_image(
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
-        layer_dirs = [unique[d.digest].result() for d in manifest.layers]
+        layer_dirs = _topmost([unique[d.digest].result() for d in manifest.layers])
     origin = {
         "source": str(ref),
         "manifest_digest": manifest_digest,
