@@ -39,6 +39,8 @@ class ImageSpec:
     gzip_layers: bool = True
     zstd_layers: bool = False
     """Compress the layers with Debian's zstd program instead (``+zstd`` media type)."""
+    diff_ids: list[str] | None = None
+    """The config's ``rootfs.diff_ids`` (default: the true digests of the layers)."""
 
 
 def random_file_layer(name: str, size: int, seed: int) -> bytes:
@@ -81,7 +83,10 @@ def _manifest(blobs: _Blobs, spec: ImageSpec) -> dict[str, Any]:
             "User": spec.user,
             "Cmd": spec.cmd,
         },
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": diff_ids if spec.diff_ids is None else spec.diff_ids,
+        },
     }
     if variant:
         config["variant"] = variant[0]

@@ -565,3 +565,22 @@ def test_a_full_disk_is_refused_before_downloading(tmp_path: Path) -> None:
             tmp_path / "images",
         )
     assert err.value.reason == "INSUFFICIENT_STORAGE" and str((1 << 60) + 10) in err.value.message
+
+
+@needs_registry
+def test_the_uncompressed_layers_must_match_the_configs_diff_ids(
+    tmp_path: Path, store: Path, registry: Registry
+) -> None:
+    one, two = layer_tar(LAYER_1), layer_tar(LAYER_2)
+    lying = ["sha256:" + hashlib.sha256(one).hexdigest(), "sha256:" + "f" * 64]
+    registry.push(
+        write_layout(tmp_path / "lie", "1", [ImageSpec([one, two], diff_ids=lying)]), "1", "lie"
+    )
+    err = pull_error(store, f"{registry.host}/lie:1")
+    assert err.reason == "DIGEST_MISMATCH" and "layer 2/2" in err.message
+    assert "the image config says sha256:" + "f" * 64 in err.message
+    assert not ImageStore(store).exists("lie:1")
+    short = write_layout(tmp_path / "short", "1", [ImageSpec([one, two], diff_ids=lying[:1])])
+    registry.push(short, "1", "short")
+    err = pull_error(store, f"{registry.host}/short:1")
+    assert err.reason == "INVALID_MANIFEST" and "1 diff_ids" in err.message

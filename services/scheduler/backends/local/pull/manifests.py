@@ -64,6 +64,8 @@ class ImageConfig:
     cmd: list[str] = field(default_factory=list)
     entrypoint: list[str] = field(default_factory=list)
     platform: str = ""
+    diff_ids: list[str] = field(default_factory=list)
+    """``rootfs.diff_ids``: the digests of the uncompressed layers, lowest first."""
 
 
 def _load(data: bytes, what: str) -> dict[str, Any]:
@@ -187,7 +189,15 @@ def parse_config(data: bytes, what: str) -> ImageConfig:
     user = inner.get("User") or ""
     if not isinstance(cwd, str) or not isinstance(user, str):
         raise PullError(INVALID_MANIFEST, f"{what}: WorkingDir or User is not a string")
+    rootfs = doc.get("rootfs") or {}
+    if not isinstance(rootfs, dict):
+        raise PullError(INVALID_MANIFEST, f"{what}: 'rootfs' is not an object")
+    diff_ids = _strings(rootfs.get("diff_ids"), "rootfs.diff_ids")
+    for diff_id in diff_ids:
+        if not DIGEST_RE.match(diff_id):
+            raise PullError(INVALID_MANIFEST, f"{what}: bad diff_id {diff_id!r}")
     return ImageConfig(
+        diff_ids=diff_ids,
         env=env,
         working_dir=cwd if cwd.startswith("/") else "/",
         user=user,

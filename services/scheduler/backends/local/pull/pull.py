@@ -1,6 +1,9 @@
 """One pull: reference -> manifest (platform picked from an index) -> verified blobs ->
 unpacked shared layers -> an image in the node's store, with progress events.
 
+Every blob's size and digest are checked while it streams, and every layer's
+uncompressed bytes against the config's ``rootfs.diff_ids`` while it unpacks.
+
 Blobs download in parallel (``parallel`` at a time, default 4) and each layer is
 unpacked as soon as its blob is verified, while the others still download;
 layers are independent folders (whiteouts become overlayfs markers inside each,
@@ -23,14 +26,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 
 from ...base import BackendError
 from ..images import ImageStore, StoredImage, image_env_defaults, normalize_image_name, tree_size
-from ..layer_tar import LayerError
-from ..rootfs_tar import apply_rootfs_tar
+from ..layer_tar import LayerError, apply_layer
+from ..rootfs_tar import apply_rootfs_tar, open_decompressed
 from .auth import find_credentials
 from .blobs import LAYERS_DIR, BlobStore, hash_file
 from .client import RegistryClient
@@ -94,6 +97,41 @@ Progress = Callable[[PullEvent], None]
 class _Layer:
     index: int
     descriptor: Descriptor
+    diff_id: str
+    """The config's digest of the layer's uncompressed tar ("" when it has none)."""
+
+
+class _HashingReader:
+    """Reads through while hashing: the uncompressed tar is checked as it is unpacked."""
+
+    def __init__(self, inner: IO[bytes], algorithm: str) -> None:
+        self.inner = inner
+        self.hash = hashlib.new(algorithm)
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self.inner.read(size)
+        self.hash.update(data)
+        return data
+
+
+def _unpack_checked(blob: Path, dest: Path, diff_id: str, what: str) -> None:
+    """Unpack ``blob`` into ``dest``; with a ``diff_id``, the uncompressed bytes must match it
+    (what the config promises; the blob's own digest is checked already)."""
+    if not diff_id:
+        apply_rootfs_tar(blob, dest)
+        return
+    algorithm, _, hexdigest = diff_id.partition(":")
+    with open_decompressed(blob) as stream:
+        reader = _HashingReader(stream, algorithm)
+        apply_layer(reader, dest)
+        while reader.read(1 << 20):  # what tar's end marker left unread
+            pass
+    if reader.hash.hexdigest() != hexdigest:
+        raise PullError(
+            DIGEST_MISMATCH,
+            f"{what}: the uncompressed layer has digest {algorithm}:{reader.hash.hexdigest()}, "
+            f"the image config says {diff_id}",
+        )
 
 
 class _Pull:
@@ -271,16 +309,16 @@ class _Pull:
                   done=desc.size, status="verified")  # fmt: skip
         async with self.unpacks:
             started = time.monotonic()
-            path = await asyncio.to_thread(self._unpack, blob, desc.digest, label)
+            path = await asyncio.to_thread(self._unpack, blob, desc.digest, label, item.diff_id)
             self.unpack_seconds += time.monotonic() - started
         self.emit("unpacked", layer=item.index, digest=desc.digest, size=desc.size,
                   seconds=round(time.monotonic() - started, 3))  # fmt: skip
         return path
 
-    def _unpack(self, blob: Path, digest: str, label: str) -> Path:
+    def _unpack(self, blob: Path, digest: str, label: str, diff_id: str) -> Path:
         tmp = self.blobs.new_layer_tmp()
         try:
-            apply_rootfs_tar(blob, tmp)
+            _unpack_checked(blob, tmp, diff_id, f"{self.ref} {label} {digest}")
         except LayerError as err:
             shutil.rmtree(tmp, ignore_errors=True)
             raise LayerError(f"{self.ref} {label} {digest}: {err.message}") from None
@@ -425,10 +463,17 @@ async def _pull(
                  extra={"index": index_digest, "platform": config.platform})  # fmt: skip
         if not manifest.layers:
             raise PullError(INVALID_MANIFEST, f"{ref}: the manifest lists no layers")
+        if config.diff_ids and len(config.diff_ids) != len(manifest.layers):
+            raise PullError(
+                INVALID_MANIFEST,
+                f"{ref}: the manifest has {len(manifest.layers)} layers, the config "
+                f"{len(config.diff_ids)} diff_ids",
+            )
+        diff_ids = config.diff_ids or [""] * len(manifest.layers)
         unique: dict[str, asyncio.Task[Path]] = {}
-        for i, desc in enumerate(manifest.layers, start=1):
+        for i, (desc, diff_id) in enumerate(zip(manifest.layers, diff_ids, strict=True), start=1):
             if desc.digest not in unique:
-                unique[desc.digest] = asyncio.create_task(job.layer(_Layer(i, desc)))
+                unique[desc.digest] = asyncio.create_task(job.layer(_Layer(i, desc, diff_id)))
         # A failed layer does not cancel the others: what they verify is kept for the
         # next attempt. The first failure in manifest order is the one reported.
         try:
