@@ -13,6 +13,8 @@ ORCHARD_IMAGES_DIR ?= $(ORCHARD_HOME)/images
 export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx tmux zstd
+# The image-pull tests: a real registry server on loopback, and skopeo to push to it.
+SYSTEM_PACKAGES += docker-registry skopeo
 
 .PHONY: run test check docs lint format typecheck protos protos-check bench loadtest scale test-reliability soak fuzz setup system-deps venv image init-binary executor-bundle clean rewards-corpus rewards-false-positives test-llm test-rewards-ml
 

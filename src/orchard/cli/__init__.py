@@ -7,7 +7,7 @@
     orchard cp SRC DST                             ID:/path on either side
     orchard ls [--json] | orchard info ID [--json]
     orchard rm ID... | rm --all | rm --label K=V [--yes]
-    orchard image ls [--json] | import SOURCE --name N | build-default
+    orchard image ls [--json] | import SOURCE --name N | build-default | pull REF
     orchard reward grade INSTANCE.json PATCH | reward rank TASK CANDIDATES.jsonl
     orchard tenant create|ls|revoke|rotate-key|quota   tenants, API keys, quotas (node admin)
     orchard token-key ls | rotate [--drop KID]     data-plane token keys (node admin)

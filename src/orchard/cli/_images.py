@@ -1,8 +1,9 @@
-"""``orchard image ls | import | build-default``.
+"""``orchard image ls | import | build-default | pull``.
 
-``ls`` asks the control plane. ``import`` and ``build-default`` are node admin
-commands: they call the local runtime's image store directly on this machine
-(``ORCHARD_IMAGES_DIR`` or ``<ORCHARD_HOME>/images``), no server needed.
+``ls`` asks the control plane. ``import``, ``build-default`` and ``pull`` are node
+admin commands: they call the local runtime's image store directly on this machine
+(``ORCHARD_IMAGES_DIR`` or ``<ORCHARD_HOME>/images``), no server needed; the
+scheduler sees a new image at its next listing (docs/images.md).
 """
 
 from __future__ import annotations
@@ -42,6 +43,42 @@ def register(commands: Any) -> None:
     )
     p.add_argument("--images-dir", type=Path, default=None, help=IMAGES_DIR_HELP)
     p.set_defaults(run=cmd_build_default)
+    _register_pull(sub)
+
+
+def _register_pull(sub: Any) -> None:
+    p = sub.add_parser(
+        "pull", help="pull an image from an OCI / Docker registry (on this node, resumable)"
+    )
+    p.add_argument(
+        "ref",
+        metavar="REF",
+        help="an image reference: host:port/repository:tag, "
+        "a digest after @, Docker Hub without a host",
+    )
+    p.add_argument("--name", default=None, help="the image's name in Orchard (default: "
+                   "the reference's last path component and tag)")  # fmt: skip
+    p.add_argument("--platform", default="linux/amd64", help="os/arch[/variant] picked "
+                   "from a multi-platform index (default linux/amd64)")  # fmt: skip
+    p.add_argument("--auth-file", type=Path, default=None, help="credentials in the "
+                   "docker/podman login format (default $ORCHARD_REGISTRY_AUTH_FILE)")  # fmt: skip
+    p.add_argument(
+        "--plain-http",
+        action="store_true",
+        help="talk HTTP, not HTTPS, to the registry (a loopback test registry)",
+    )
+    p.add_argument(
+        "--ca-file",
+        type=Path,
+        default=None,
+        help="CA (PEM) the registry's certificate is checked against",
+    )
+    p.add_argument("--parallel", type=int, default=4, help="layers downloaded at once")
+    p.add_argument("--images-dir", type=Path, default=None, help=IMAGES_DIR_HELP)
+    p.add_argument(
+        "--json", action="store_true", help="progress as JSON Lines (one object per event)"
+    )
+    p.set_defaults(run=cmd_pull)
 
 
 def images_dir(explicit: Path | None) -> Path:
@@ -97,4 +134,36 @@ def cmd_build_default(args: argparse.Namespace) -> int:
     except BackendError as exc:
         raise _backend_error(exc) from None
     print(f"{image.name}: {image.folder}")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from orchard.scheduler.backends.base import BackendError
+    from orchard.scheduler.backends.local.pull.progress import printer_for
+    from orchard.scheduler.backends.local.pull.pull import pull_image
+
+    if not 1 <= args.parallel <= 64:
+        raise InvalidRequestError("--parallel must be between 1 and 64")
+    progress = printer_for(sys.stdout if args.json else sys.stderr, as_json=args.json)
+    try:
+        image = asyncio.run(
+            pull_image(
+                images_dir(args.images_dir),
+                args.ref,
+                name=args.name,
+                platform=args.platform,
+                auth_file=args.auth_file,
+                plain_http=args.plain_http,
+                ca_file=args.ca_file,
+                parallel=args.parallel,
+                progress=progress,
+            )
+        )
+    except BackendError as exc:
+        raise _backend_error(exc) from None
+    if not args.json:
+        print(image.name)
     return 0

@@ -93,6 +93,10 @@ class StoredImage:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = "/"
     size_bytes: int = 0
+    origin: dict[str, Any] = field(default_factory=dict)
+    """Where a pulled image came from and what its config says beyond env and cwd
+    (``source``, ``manifest_digest``, ``platform``, ``user``, ``cmd``, ``entrypoint``);
+    empty for built and imported images. Sandboxes do not use it yet."""
 
     @property
     def layer_paths(self) -> list[Path]:
@@ -115,6 +119,8 @@ class StoredImage:
             "cwd": self.cwd,
             "size_bytes": self.size_bytes,
         }
+        if self.origin:
+            data["origin"] = self.origin
         return json.dumps(data, indent=2, sort_keys=True)
 
     @classmethod
@@ -131,6 +137,7 @@ class StoredImage:
             env={str(k): str(v) for k, v in dict(data.get("env", {})).items()},
             cwd=str(data.get("cwd") or "/"),
             size_bytes=int(data.get("size_bytes", 0)),
+            origin=dict(data.get("origin") or {}),
         )
 
 
@@ -214,10 +221,13 @@ class ImageStore:
         cwd: str,
         *,
         replace: bool = False,
+        size_bytes: int | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> StoredImage:
         """Write ``image.json`` into ``staging`` and move it into place as ``name``.
 
-        The caller holds :meth:`lock`.
+        The caller holds :meth:`lock`. ``size_bytes`` is measured from ``layers/``
+        unless given (a pulled image's layers are links to shared folders).
         """
         normalized = normalize_image_name(name)
         target = self.folder_of(normalized)
@@ -227,7 +237,8 @@ class ImageStore:
             layers=layers,
             env=env,
             cwd=cwd or "/",
-            size_bytes=tree_size(staging / "layers"),
+            size_bytes=tree_size(staging / "layers") if size_bytes is None else size_bytes,
+            origin=origin or {},
         )
         (staging / IMAGE_META).write_text(image.to_json())
         if target.exists():

@@ -18,12 +18,15 @@ The format is told by the file's magic bytes, not its name.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from .layer_tar import LayerError, LayerStats, apply_layer
 
@@ -67,6 +70,28 @@ def _zstd_stream(path: Path) -> Iterator[IO[bytes]]:
         code = proc.wait()
     if code != 0:
         raise LayerError(f"zstd could not decompress {path}: {stderr[-500:] or f'exit {code}'}")
+
+
+def _decompressing(kind: str, path: Path) -> IO[bytes]:
+    if kind == "gzip":
+        return cast(IO[bytes], gzip.open(path, "rb"))
+    if kind == "bzip2":
+        return bz2.open(path, "rb")
+    if kind == "xz":
+        return lzma.open(path, "rb")
+    return open(path, "rb")
+
+
+@contextmanager
+def open_decompressed(path: Path) -> Iterator[IO[bytes]]:
+    """The tar bytes of ``path`` (plain, gzip, bzip2, xz or zstd), decompressed."""
+    kind = compression_of(path)
+    if kind == "zstd":
+        with _zstd_stream(path) as stream:
+            yield stream
+        return
+    with _decompressing(kind, path) as stream:
+        yield stream
 
 
 def apply_rootfs_tar(path: Path, dest: Path) -> LayerStats:
