@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from orchard import JudgeVerdict
+
 TEMPLATE = "step_credit@1"
 
 
@@ -62,16 +64,10 @@ class CreditConfig:
             raise ValueError("min_drop must be positive and tolerance not negative")
 
 
-class JudgeAnswer(Protocol):
-    ok: bool
-    data: dict[str, Any]
-    failure: str
-
-
 class JudgeClient(Protocol):
     """What :class:`orchard.AsyncRewards` offers (``judge(template, inputs)``)."""
 
-    def judge(self, template: str, inputs: Mapping[str, str]) -> Awaitable[JudgeAnswer]: ...
+    def judge(self, template: str, inputs: Mapping[str, str]) -> Awaitable[JudgeVerdict]: ...
 
 
 @dataclass(frozen=True)

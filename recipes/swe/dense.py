@@ -41,19 +41,10 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from orchard import ProcessReward
 from orchard.rollouts import RolloutResult, Status, Task
 
 DEFAULT_ALPHA = 0.5
-
-
-class ProcessAnswer(Protocol):
-    reward: float
-    judged: bool
-    j: float
-    scores: dict[str, float]
-    gated: bool
-    gate_reasons: list[str]
-    failure: str
 
 
 class ProcessScorer(Protocol):
@@ -68,7 +59,7 @@ class ProcessScorer(Protocol):
         alpha: float = ...,
         gold_patch: str = ...,
         fail_to_pass: Sequence[str] = ...,
-    ) -> Awaitable[ProcessAnswer]: ...
+    ) -> Awaitable[ProcessReward]: ...
 
 
 @dataclass(frozen=True)

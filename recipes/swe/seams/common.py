@@ -10,7 +10,7 @@ between them (tool results, template tokens: mask 0).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +76,3 @@ def main_sample(result: RolloutResult) -> dict[str, Any]:
             f"trainable token-exact sample (fault: {result.fault or 'none'})"
         )
     return max(samples, key=lambda s: len(s["tokens"]))
-
-
-def rewards_of(samples: Sequence[Any], key: str = "reward") -> list[float]:
-    return [float(getattr(s, key) if not isinstance(s, Mapping) else s[key]) for s in samples]
