@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 from datasets import Dataset
+from orchard.recipes.swe import casft
 from orchard.recipes.swe.seams import trl as seam
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -98,6 +99,46 @@ def test_one_sft_step_on_recorded_samples(
     losses = _losses(trainer)
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses) and losses[0] != losses[1]
     assert not torch.equal(before, _weights(model))
+
+
+class FixedTeacher:
+    """An in-process stand-in for the judge (test_casft.py drives the real service): the
+    second step of the failed rollout is the mistake."""
+
+    async def judge(self, template: str, inputs: dict[str, str]) -> Any:
+        n = int(inputs["step_count"])
+        values = [0.6] + [0.1] * (n - 1)
+        return type(
+            "Verdict",
+            (),
+            {
+                "ok": True,
+                "failure": "",
+                "data": {"reasoning": "", "p_start": 0.5, "p_success": values},
+            },
+        )()
+
+
+def test_casft_token_form_trains_only_the_steps_before_the_mistake(
+    groups: list[list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    import asyncio
+
+    failed = groups[0][1]  # the rollout that listed files and gave up: reward -1
+    record = asyncio.run(casft.record(failed, TASK, FixedTeacher()))
+    assert isinstance(record, dict) and record["trained_steps"] == [0]
+    row = seam.sft_row(record)
+    assert 0 < sum(row["assistant_masks"]) < sum(failed["loss_mask"])
+    args = SFTConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=1, learning_rate=1e-2,
+                     logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", max_length=None,
+                     dataloader_num_workers=0, seed=0)  # fmt: skip
+    trainer = SFTTrainer(model=tiny_model(), args=args, train_dataset=Dataset.from_list([row]),
+                         processing_class=tokenizer())  # fmt: skip
+    labels = trainer.train_dataset[0]["labels"]
+    assert sum(t != -100 for t in labels) == sum(row["assistant_masks"])
+    trainer.train()
+    losses = _losses(trainer)
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses) and losses[0] != losses[1]
 
 
 def test_grpo_steps_on_recorded_groups(groups: list[list[dict[str, Any]]], tmp_path: Path) -> None:
