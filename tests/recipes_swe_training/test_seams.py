@@ -152,19 +152,45 @@ def _declared_generator_output() -> dict[str, str]:
 
 def test_skyrl_generator_output_matches_its_declaration(recorded: list[dict[str, Any]]) -> None:
     declared = _declared_generator_output()
-    out = skyrl.generator_output(
-        [_result(recorded), _result([], Status.ABORTED, None)], ["t_0", "t_1"]
-    )
+    ok = _result(recorded)
+    out = skyrl.generator_output([ok, ok], ["a_0", "a_1"])
     required = {k for k, v in declared.items() if not v.startswith("Optional")}
     assert required == {"prompt_token_ids", "response_ids", "rewards", "loss_masks"}
     assert required <= set(out) <= set(declared)
     n = recorded[0]["prompt_length"]
-    assert out["prompt_token_ids"][0] == recorded[0]["tokens"][:n] and out["rewards"] == [1.0, 0.0]
+    assert out["prompt_token_ids"][0] == recorded[0]["tokens"][:n] and out["rewards"] == [1.0, 1.0]
+    assert out["loss_masks"][0] == recorded[0]["loss_mask"][n:] and out["stop_reasons"] == [
+        "stop",
+        "stop",
+    ]
     assert (
         len(out["response_ids"][0]) == len(out["loss_masks"][0]) == len(out["rollout_logprobs"][0])
     )
-    assert out["loss_masks"][1] == [0] and out["stop_reasons"] == ["stop", "aborted"]
-    assert out["rollout_metrics"]["orchard/aborted"] == 1
+
+
+def test_skyrl_masks_the_whole_group_of_an_aborted_rollout(recorded: list[dict[str, Any]]) -> None:
+    @dataclasses.dataclass
+    class TrajectoryID:  # skyrl's: instance_id + repetition_id
+        instance_id: str
+        repetition_id: int
+
+    ok, lost = _result(recorded), _result([], Status.ABORTED, None)
+    ids = [TrajectoryID("a", 0), TrajectoryID("a", 1), TrajectoryID("b", 0), TrajectoryID("b", 1)]
+    out = skyrl.generator_output([ok, lost, ok, ok], ids)
+    assert out["rewards"] == [0.0, 0.0, 1.0, 1.0] and out["stop_reasons"] == [
+        "stop",
+        "aborted",
+        "stop",
+        "stop",
+    ]
+    assert (
+        not any(out["loss_masks"][0])
+        and not any(out["loss_masks"][1])
+        and any(out["loss_masks"][2])
+    )
+    assert out["rollout_metrics"]["orchard/masked_groups"] == 1
+    with pytest.raises(common.SampleError, match=r"no trajectory ids.*sandbox lost"):
+        skyrl.generator_output([ok, lost])
 
 
 # --- slime -----------------------------------------------------------------------------

@@ -9,8 +9,11 @@ makes a ``GeneratorInterface`` subclass that draws one rollout per prompt of the
 (``input_batch["env_extras"][i]`` is given to ``task_of``).
 
 A failed rollout cannot be dropped from a SkyRL batch (the output keeps the input's order and
-size): it is kept with its whole loss mask 0 and reward 0.0 and ``stop_reasons`` ``aborted``,
-so it teaches nothing; SkyRL's own Harbor path masks such a rollout's group the same way.
+size), and a stand-in reward inside its group would move the group's mean and so every other
+member's advantage. So, as SkyRL's own Harbor path does, the whole group of an aborted rollout
+(the trajectories sharing its ``trajectory_ids[i].instance_id``) is masked: loss masks all 0,
+rewards 0.0 for every member (zero advantage), ``stop_reasons`` ``aborted`` for the aborted
+one. Without trajectory ids the groups are unknown and an aborted rollout is an error.
 
 Note: skyrl 0.4.0 needs Python >= 3.12 and 0.3.0 does not import on 3.11 (its ``tinker``
 types use ``typing.TypedDict`` under pydantic), so the tests check the output against the
@@ -24,24 +27,37 @@ from typing import Any
 
 from orchard.rollouts import RolloutResult, Status, Task
 
-from .common import main_sample, split, trainable_samples
+from .common import SampleError, main_sample, split, trainable_samples
 
 STOP_REASONS = {Status.COMPLETED: "stop", Status.TRUNCATED: "length", Status.ABORTED: "aborted"}
+
+
+def _group_key(trajectory_id: Any) -> Any:
+    return getattr(trajectory_id, "instance_id", trajectory_id)
 
 
 def generator_output(
     results: Sequence[RolloutResult], trajectory_ids: Sequence[Any] | None = None
 ) -> dict[str, Any]:
+    if trajectory_ids is not None and len(trajectory_ids) != len(results):
+        raise SampleError(f"{len(trajectory_ids)} trajectory ids for {len(results)} rollouts")
+    failed = [i for i, r in enumerate(results) if not trainable_samples(r)]
+    if failed and trajectory_ids is None:
+        raise SampleError(
+            f"rollouts {failed} aborted and no trajectory ids say which groups to mask "
+            f"(first fault: {results[failed[0]].fault or 'no reward'})"
+        )
+    masked_groups = (
+        {_group_key(trajectory_ids[i]) for i in failed} if trajectory_ids is not None else set()
+    )
     prompts: list[list[int]] = []
     responses: list[list[int]] = []
     rewards: list[float] = []
     masks: list[list[int]] = []
     logprobs: list[list[float]] = []
     stops: list[str] = []
-    aborted = 0
-    for result in results:
-        if not trainable_samples(result):
-            aborted += 1
+    for i, result in enumerate(results):
+        if i in failed:
             prompts.append([0])
             responses.append([0])
             rewards.append(0.0)
@@ -50,10 +66,11 @@ def generator_output(
             stops.append("aborted")
             continue
         part = split(main_sample(result))
+        masked = trajectory_ids is not None and _group_key(trajectory_ids[i]) in masked_groups
         prompts.append(part.prompt_ids)
         responses.append(part.response_ids)
-        rewards.append(float(part.reward or 0.0))
-        masks.append(part.response_mask)
+        rewards.append(0.0 if masked else float(part.reward or 0.0))
+        masks.append([0] * len(part.response_mask) if masked else part.response_mask)
         logprobs.append(part.response_logprobs or [0.0] * len(part.response_ids))
         stops.append(STOP_REASONS[result.status])
     graded = [r.reward for r in results if r.reward is not None]
@@ -61,7 +78,7 @@ def generator_output(
         "prompt_token_ids": prompts, "response_ids": responses, "rewards": rewards,
         "loss_masks": masks, "stop_reasons": stops, "rollout_logprobs": logprobs,
         "trajectory_ids": list(trajectory_ids) if trajectory_ids is not None else None,
-        "rollout_metrics": {"orchard/aborted": aborted,
+        "rollout_metrics": {"orchard/aborted": len(failed), "orchard/masked_groups": len(masked_groups),
                             "orchard/mean_reward": sum(graded) / len(graded) if graded else 0.0},
     }  # fmt: skip
 
