@@ -276,7 +276,9 @@ def test_slime_bar_filter_keeps_groups_with_signal() -> None:
     assert (slime.bar_filter(None, group(1.0, 1.0, 1.0, 1.0)).reason) == "bar_all_success"
     assert (slime.bar_filter(None, group(-1.0, -1.0, -1.0, -1.0)).reason) == "bar_all_failure"
     assert (slime.bar_filter(None, group(-1.0, None, -1.0, -1.0)).reason) == "bar_aborted"
-    assert slime.bar_filter(None, group(1.0, -1.0, None, None)).keep  # aborted fill the gaps
+    assert (
+        slime.bar_filter(None, group(1.0, -1.0, None, None)).reason == "bar_aborted"
+    )  # no reward-less member
     narrow = type("Args", (), {"bar_pmin": 0.375, "bar_pmax": 0.625})()
     assert slime.bar_filter(narrow, group(1.0, -1.0, -1.0, -1.0)).reason == "bar_unbalanced"
 

@@ -122,8 +122,10 @@ def _filter_output(keep: bool, reason: str | None) -> Any:
 
 def bar_filter(args: Any, samples: list[Any], **kwargs: Any) -> Any:
     """Keep a prompt's whole group when BAR's rules would: its success share inside the band
-    (``args.bar_pmin`` / ``args.bar_pmax``, default 0.25-0.75), aborted samples only filling
-    gaps, an easy task kept with probability ``1 - pass_rate`` (``kwargs["pass_rate"]``);
+    (``args.bar_pmin`` / ``args.bar_pmax``, default 0.25-0.75), an easy task kept with
+    probability ``1 - pass_rate`` (``kwargs["pass_rate"]``). A group with an aborted sample is
+    dropped (BAR's gap filling does not apply: slime normalises rewards over the whole group
+    and an aborted sample has none);
     the reason is BAR's (``bar_all_success``, ``bar_all_failure``, ``bar_aborted``, ...)."""
     flat = [s[0] if isinstance(s, list) else s for s in samples]
     if len(flat) < 2:
@@ -134,6 +136,10 @@ def bar_filter(args: Any, samples: list[Any], **kwargs: Any) -> Any:
                        pmax=float(getattr(args, "bar_pmax", default.pmax)))  # fmt: skip
     outcomes = [outcome_of(_as_result(s), config.success_threshold) for s in flat]
     chosen = select(outcomes, config, final=True, pass_rate=kwargs.get("pass_rate"))
+    if (
+        chosen.reason == "filled"
+    ):  # slime normalises rewards over the whole group: no reward-less member
+        return _filter_output(False, "bar_aborted")
     return _filter_output(chosen.kept, None if chosen.kept else f"bar_{chosen.reason}")
 
 
