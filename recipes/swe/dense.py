@@ -178,16 +178,26 @@ def _post(url: str, body: dict[str, Any], api_key: str, timeout: float) -> Any:
         raise TeacherError(f"{url}: the answer is not JSON ({err})") from None
 
 
-def _vllm_values(answer: Any, ids: Sequence[int]) -> list[float | None]:
+def _entries(answer: Any, path: tuple[str | int, ...], ids: Sequence[int]) -> list[Any]:
+    """The per-token list at ``path`` in the teacher's answer, one entry per token asked about."""
+    where = ".".join(f"[{p}]" if isinstance(p, int) else p for p in path).replace(".[", "[")
+    found = answer
     try:
-        entries = answer["choices"][0]["prompt_logprobs"]
+        for step in path:
+            found = found[step]
     except (KeyError, IndexError, TypeError):
-        raise TeacherError("the vLLM answer has no choices[0].prompt_logprobs") from None
-    if not isinstance(entries, list) or len(entries) != len(ids):
-        raise TeacherError(f"prompt_logprobs has {len(entries) if isinstance(entries, list) else '?'} "
-                           f"entries for {len(ids)} prompt tokens")  # fmt: skip
+        raise TeacherError(f"the teacher's answer has no {where}") from None
+    if not isinstance(found, list) or len(found) != len(ids):
+        count = len(found) if isinstance(found, list) else "?"
+        raise TeacherError(f"{where} has {count} entries for {len(ids)} tokens")
+    return found
+
+
+def _vllm_values(answer: Any, ids: Sequence[int]) -> list[float | None]:
     values: list[float | None] = []
-    for i, (entry, token) in enumerate(zip(entries, ids, strict=True)):
+    for i, (entry, token) in enumerate(
+        zip(_entries(answer, ("choices", 0, "prompt_logprobs"), ids), ids, strict=True)
+    ):
         if entry is None:
             if i:
                 raise TeacherError(f"no log-probability for prompt token {i}")
@@ -201,15 +211,10 @@ def _vllm_values(answer: Any, ids: Sequence[int]) -> list[float | None]:
 
 
 def _sglang_values(answer: Any, ids: Sequence[int]) -> list[float | None]:
-    try:
-        entries = answer["meta_info"]["input_token_logprobs"]
-    except (KeyError, TypeError):
-        raise TeacherError("the SGLang answer has no meta_info.input_token_logprobs") from None
-    if not isinstance(entries, list) or len(entries) != len(ids):
-        raise TeacherError(f"input_token_logprobs has {len(entries) if isinstance(entries, list) else '?'} "
-                           f"entries for {len(ids)} input tokens")  # fmt: skip
     values: list[float | None] = []
-    for i, (entry, token) in enumerate(zip(entries, ids, strict=True)):
+    for i, (entry, token) in enumerate(
+        zip(_entries(answer, ("meta_info", "input_token_logprobs"), ids), ids, strict=True)
+    ):
         if not isinstance(entry, list) or len(entry) < 2 or entry[1] != token:
             raise TeacherError(
                 f"input token {i}: expected id {token}, the teacher answered {entry!r}"
