@@ -168,6 +168,21 @@ test-llm: venv ## opt-in: the LLM judge against SmolLM2-135M served by llama.cpp
 # would pull GBs of CUDA libraries. Adds ~1.3 GB to the venv.
 TORCH_SPEC ?= torch==2.13.0
 
+# The SWE recipe's training seams (tests/recipes_swe_training): torch's CPU build first, then
+# the swe-train extra, then verl and skyrl without their training stacks. ~1.2 GB in the venv
+# (torch 754 MB, ray 236 MB, pyarrow 170 MB, transformers 129 MB); redone when pyproject.toml
+# changes. skyrl 0.4.0 needs Python >= 3.12: 0.3.0 is the newest for 3.11 (its source is read).
+SWE_TRAIN_STAMP := $(VENV)/.swe-train-installed
+.PHONY: swe-train-deps
+test: swe-train-deps
+swe-train-deps: $(SWE_TRAIN_STAMP)
+
+$(SWE_TRAIN_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q '$(TORCH_SPEC)'
+	$(PY) -m pip install -q -e '.[swe-train]'
+	$(PY) -m pip install -q --no-deps 'verl==0.9.1' 'skyrl==0.3.0'
+	touch $@
+
 test-rewards-ml: venv ## opt-in: the reranker's MiniLM features and HF fine-tuning on the real weights
 	$(PY) -m pip install -q '$(TORCH_SPEC)'
 	$(PY) -m pip install -q -e '.[rewards-ml]'

@@ -58,6 +58,40 @@ PATCH_VERDICT = RubricTemplate(
     },
 )
 
+# Credit assignment for SFT on failed trajectories (recipes/swe/casft.py,
+# docs/recipes/swe-training.md): the teacher knows the outcome and says, per step, how likely
+# success still was after it; the step with the largest drop is the critical mistake.
+STEP_CREDIT = RubricTemplate(
+    name="step_credit",
+    version="1",
+    system=(
+        "You assess how an AI software agent worked on a task whose final outcome you are told. "
+        "For every numbered step, estimate the probability (0.0-1.0) that the task would still "
+        "end in success if the agent continued competently right after that step. Steps that "
+        "make progress keep or raise it; the step where the agent makes the mistake that dooms "
+        "the run lowers it sharply. Answer with one JSON object only, no prose: "
+        '{"reasoning": "...", "p_start": x, "p_success": [x_1, ..., x_n]} with exactly one '
+        "value per step, in step order."
+    ),
+    user=(
+        "Task:\n{task}\n\nOutcome: {outcome}\n\nTrajectory ({step_count} steps; each is the "
+        "agent's action and what it observed):\n{steps}\n\nGive p_start (before step 1) and "
+        "p_success for steps 1..{step_count}."
+    ),
+    schema={
+        "type": "object",
+        "required": ["reasoning", "p_start", "p_success"],
+        "properties": {
+            "reasoning": {"type": "string"},
+            "p_start": {"type": "number", "minimum": 0, "maximum": 1},
+            "p_success": {
+                "type": "array",
+                "items": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+        },
+    },
+)
+
 _REGISTRY: dict[str, RubricTemplate] = {}
 
 
@@ -75,3 +109,4 @@ def get_template(name: str) -> RubricTemplate:
 
 
 register(PATCH_VERDICT)
+register(STEP_CREDIT)
