@@ -180,7 +180,8 @@ class Registry:
     """``user:password`` skopeo pushes with (None: anonymous)."""
 
     def push(self, layout: Path, tag: str, repo: str, *, all_platforms: bool = False) -> None:
-        cmd = [SKOPEO, "copy", "--quiet", "--dest-tls-verify=false"]
+        # --preserve-digests: push the layout byte for byte (skopeo would gzip plain layers).
+        cmd = [SKOPEO, "copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false"]
         if all_platforms:
             cmd.append("--all")
         if self.creds:
@@ -294,12 +295,22 @@ def _server_cert(folder: Path) -> tuple[Path, Path]:
 
 
 class ThrottledProxy:
-    """``127.0.0.1:<port>`` forwarding to ``target`` at about ``rate`` bytes/s downstream."""
+    """``127.0.0.1:<port>`` forwarding to ``target`` at about ``rate`` bytes/s downstream
+    (0: no limit); with ``cut_after``, the first connection that carries more than that many
+    bytes downstream is closed there, once (a network drop in the middle of a blob); with
+    ``strip_range``, requests reach the registry without their ``Range`` header."""
 
-    def __init__(self, target: str, rate: int) -> None:
+    def __init__(
+        self, target: str, rate: int, cut_after: int = 0, strip_range: bool = False
+    ) -> None:
         self.target_host, _, port = target.rpartition(":")
         self.target_port = int(port)
         self.rate = rate
+        self.cut_after = cut_after
+        self.cuts = 0
+        self.lock = threading.Lock()
+        self.strip_range = strip_range
+        """Rename requests' ``Range`` header (same length): a registry that ignores ranges."""
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
         self.closed = False
@@ -322,19 +333,28 @@ class ThrottledProxy:
             except OSError:
                 return
             upstream = socket.create_connection((self.target_host, self.target_port))
-            threading.Thread(target=self._pipe, args=(client, upstream, 0), daemon=True).start()
-            threading.Thread(
-                target=self._pipe, args=(upstream, client, self.rate), daemon=True
-            ).start()
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, rate: int) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, downstream: bool) -> None:
         chunk = 64 << 10
+        carried = 0
         try:
             while data := src.recv(chunk):
+                if not downstream and self.strip_range:
+                    data = data.replace(b"\r\nRange:", b"\r\nXange:")
                 dst.sendall(data)
-                if rate:
+                if not downstream:
+                    continue
+                carried += len(data)
+                with self.lock:  # one pipe thread per connection: += is not atomic
                     self.sent += len(data)
-                    time.sleep(len(data) / rate)
+                    cut = self.cut_after and not self.cuts and carried > self.cut_after
+                    self.cuts += 1 if cut else 0
+                if cut:
+                    return
+                if self.rate:
+                    time.sleep(len(data) / self.rate)
         except OSError:
             pass
         finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -119,3 +120,30 @@ def test_progress_output_forms(tmp_path: Path) -> None:
         out, err = bad.communicate(timeout=60)
         assert bad.returncode != 0 and "Traceback" not in err
         assert "MANIFEST_UNKNOWN" in err or "not found" in err
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["range", "registry-ignores-range"])
+def test_a_dropped_connection_is_resumed_within_the_pull(tmp_path: Path, ranges: bool) -> None:
+    big = random_file_layer("blob.bin", 8 << 20, seed=11)
+    layout = write_layout(tmp_path / "layout", "1", [ImageSpec([big], gzip_layers=False)])
+    store = tmp_path / "images"
+    with running_registry(tmp_path / "reg") as registry:
+        registry.push(layout, "1", "drop")
+        proxy = ThrottledProxy(registry.host, 0, cut_after=3 << 20, strip_range=not ranges)
+        try:
+            done = cli_pull(store, f"{proxy.host}/drop:1", "--json")
+            out, err = done.communicate(timeout=120)
+        finally:
+            proxy.close()
+    assert done.returncode == 0, err
+    assert proxy.cuts == 1
+    starts = [e for e in events_of(out) if e["event"] == "layer"]
+    assert [s["status"] for s in starts] == ["download", "resume"]
+    assert starts[1]["extra"]["attempt"] == 2 and starts[1]["done"] > 0
+    image = ImageStore(store).get("drop:1")
+    expected = random.Random(11).randbytes(8 << 20)  # what random_file_layer wrote
+    assert (image.layer_paths[0] / "big/blob.bin").read_bytes() == expected
+    # With ranges only the rest is sent again; without, the whole blob (started over).
+    blob_size = starts[0]["size"]
+    resent = proxy.sent - (3 << 20)
+    assert resent < blob_size if ranges else resent >= blob_size
