@@ -79,6 +79,9 @@ class AgentConfig:
     """One model call's limit; a call still running at the rollout's wall-time end stops it."""
     sampling: Mapping[str, Any] = field(default_factory=dict)
     """Extra Chat body fields (``temperature``, ``max_tokens``, ``top_p``, ...)."""
+    echo_reasoning: bool = False
+    """Send a reply's ``reasoning_content`` back in the history (for a chat template that
+    renders it; most drop it, and some endpoints refuse the field)."""
 
 
 @dataclass
@@ -322,7 +325,7 @@ class _Rollout:
             if isinstance(completion, int):
                 self.completion_tokens += completion
         kept: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-        if message.get("reasoning_content"):
+        if self.config.echo_reasoning and message.get("reasoning_content"):
             kept["reasoning_content"] = message["reasoning_content"]
         calls = message.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
@@ -352,6 +355,11 @@ class _Rollout:
             call_id, name, arguments = parse_call(call)
             if submission is not None:
                 self.add({"role": "tool", "tool_call_id": call_id, "content": "not run: submitted"})
+                continue
+            if time.monotonic() >= self.deadline:  # the main loop stops the rollout next
+                self.add(
+                    {"role": "tool", "tool_call_id": call_id, "content": "not run: time is up"}
+                )
                 continue
             command = self.command_of(name, arguments)
             if isinstance(command, BadCall):

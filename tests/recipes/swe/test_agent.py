@@ -236,3 +236,15 @@ def test_truncate_and_the_sentinel() -> None:
 def test_empty_or_binary_commands_are_format_errors(command: str) -> None:
     run, _, _ = run_agent(commands([bash(command)]))
     assert run.detail["format_errors"] == 1 and run.status is Status.COMPLETED
+
+
+def test_calls_of_one_reply_stop_at_the_wall_time() -> None:
+    many = {"tool_calls": [
+        {"id": f"s{i}", "name": "bash", "arguments": json.dumps({"command": "sleep 0.6"})}
+        for i in range(6)
+    ]}  # fmt: skip
+    run, _, _ = run_agent(commands([many]), Limits(max_seconds=1.0))
+    assert run.status is Status.TRUNCATED and run.detail["stop_reason"] == "max_seconds"
+    tools = [m for m in run.transcript if m["role"] == "tool"]
+    assert len(tools) == 6 and tools[-1]["content"] == "not run: time is up"
+    assert run.detail["seconds"] < 2.5
