@@ -16,7 +16,9 @@ finished and its samples read) and prints JSON:
   over (sandboxes listed by the API, overlay mounts, sandbox folders) after the batch.
 
 A baseline of ``--baseline`` rollouts one at a time comes first (the overhead without 255
-neighbours on the event loop).
+neighbours on the event loop). ``--pool``: the stack also has a template of the task's image
+with a warm pool of ``--n`` sandboxes; once it is full, a second batch claims from it
+(``SandboxOptions(template=...)``): whether a pool pays.
 
     flock /tmp/orchard-heavy.lock .venv/bin/python -m loadtest.bench_swe_rollouts [--n 256]
 """
@@ -38,8 +40,15 @@ from typing import Any
 from orchard.recipes.swe.agent import BashAgent
 
 import orchard
-from loadtest.scale_driver import leftovers
-from orchard.rollouts import Limits, ModelProxyClient, RolloutResult, Task, run_rollouts
+from loadtest.scale_driver import leftovers, wait_pool
+from orchard.rollouts import (
+    Limits,
+    ModelProxyClient,
+    RolloutResult,
+    SandboxOptions,
+    Task,
+    run_rollouts,
+)
 from tests.stack import running_stack
 
 CODE = "def mean(values):\n    return sum(values) / (len(values) + 1)\n"
@@ -109,7 +118,11 @@ def summarise(results: list[RolloutResult], wall: float) -> dict[str, Any]:
 
 
 async def batch(
-    client: orchard.AsyncOrchard, proxy: ModelProxyClient, n: int, concurrency: int
+    client: orchard.AsyncOrchard,
+    proxy: ModelProxyClient,
+    n: int,
+    concurrency: int,
+    template: str | None = None,
 ) -> dict[str, Any]:
     task = Task(
         id="bench-calc", prompt="mean divides by one more than the number of values",
@@ -122,6 +135,7 @@ async def batch(
         results = await run_rollouts(
             client, agent, [task] * n, proxy=proxy, model="scripted", concurrency=concurrency,
             limits=Limits(max_steps=10, max_seconds=600),
+            sandbox=SandboxOptions(template=template),
         )  # fmt: skip
         wall = time.monotonic() - t0
     return summarise(results, wall)
@@ -135,9 +149,14 @@ async def measure(
         orchard.AsyncOrchard(endpoint, key) as client,
         ModelProxyClient(proxy_url, key) as proxy,
     ):
+        if args.pool:  # full before anything is measured: its fill is not in a batch's time
+            out["pool_fill_s"] = round(await wait_pool(client, "swe-bench", args.n, 900), 2)
         await batch(client, proxy, 2, 2)  # warm: imports, image cache, channels
         out["baseline_one_at_a_time"] = await batch(client, proxy, args.baseline, 1)
         out["concurrent"] = await batch(client, proxy, args.n, args.n)
+        if args.pool:
+            await asyncio.sleep(2.0)
+            out["concurrent_warm_pool"] = await batch(client, proxy, args.n, args.n, "swe-bench")
         await asyncio.sleep(2.0)
         out["left_sandboxes_api"] = len(await client.sandboxes.list())
     return out
@@ -153,6 +172,11 @@ def run(args: argparse.Namespace, home: Path) -> dict[str, Any]:
             time.sleep(0.1)
         url = url_file.read_text()
         out: dict[str, Any] = {"n": args.n, "cpus": os.cpu_count()}
+        if args.pool:  # a pool the size of the batch, filled before its clock starts
+            (home / "templates.toml").write_text(
+                f'[templates.swe-bench]\nimage = "debian:bookworm"\nnetwork = "none"\n'
+                f"min = {args.n}\nmax = {args.n}\n"
+            )
         with running_stack(home, up_args=["--model-upstream", url]) as stack:
             key = (home / "dev-api-key").read_text().strip()
             proxy_url = (home / "run" / "modelproxy.addr").read_text().strip()
@@ -168,6 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=256)
     parser.add_argument("--baseline", type=int, default=8)
+    parser.add_argument("--pool", action="store_true", help="also a batch claimed from a warm pool")
     parser.add_argument("--serve", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:

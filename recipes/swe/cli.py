@@ -4,7 +4,7 @@
 
     python -m orchard.recipes.swe run --out runs/r1 [--tasks FILE.jsonl] [--samples 4]
         [--k 1,2,4] --model NAME [--proxy URL] [--harness bash|MODULE:ATTR]
-        [--concurrency 8] [--max-steps 50] [--max-seconds 1800] [--max-tokens N]
+        [--concurrency 8] [--template NAME] [--max-steps 50] [--max-seconds 1800] [--max-tokens N]
 
 Against the stack of ``$ORCHARD_HOME`` (or ``ORCHARD_ENDPOINT`` / ``ORCHARD_API_KEY``): the
 sandboxes and the rewards service through the SDK, the model through the recording proxy
@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import orchard
-from orchard.rollouts import Harness, Limits, ModelProxyClient, Task, local_proxy_url
+from orchard.rollouts import (
+    Harness,
+    Limits,
+    ModelProxyClient,
+    SandboxOptions,
+    Task,
+    local_proxy_url,
+)
 
 from .agent import AgentConfig, BashAgent
 from .evaluate import compact_trajectory, evaluate, table
@@ -164,6 +171,7 @@ async def collect(
                 rollouts = await run_swe(
                     client, harness, tasks, proxy=proxy, model=args.model, limits=limits,
                     options=options, on_graded=progress,
+                    sandbox=SandboxOptions(template=args.template or None),
                 )  # fmt: skip
             finally:
                 close = getattr(harness, "aclose", None)
@@ -222,6 +230,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--proxy", default="", help="model proxy URL (default: the local stack's)")
     r.add_argument("--harness", default="bash", help="bash (built-in) or MODULE:ATTR")
     r.add_argument("--concurrency", type=int, default=8)
+    r.add_argument("--template", default="",
+                   help="claim the rollouts' sandboxes from this template's warm pool")  # fmt: skip
     r.add_argument("--grade-concurrency", type=int, default=4)
     r.add_argument("--scheme", default="pm1", choices=("pm1", "binary", "pass_rate"))
     r.add_argument("--max-steps", type=int, default=50)

@@ -82,6 +82,10 @@ class SandboxOptions:
     proxy_url_in_sandbox: str | None = None
     create_timeout: float = 180.0
     wait_for_quota: float = 0.0
+    template: str | None = None
+    """Claim each sandbox from this template's warm pool (image, resources and network are
+    the template's: ``image``, ``cpu``, ``memory``, ``pids`` and ``network`` are not sent);
+    labels, env and ttl apply to the claim."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,16 @@ async def _create_sandbox(
         **options.labels,
     }
     try:
+        if options.template is not None:
+            return await client.sandboxes.create(
+                template=options.template,
+                ttl=options.ttl,
+                labels=labels,
+                env={**options.env, **task.env},
+                request_id=f"rollout-{session.id}",
+                timeout=options.create_timeout,
+                wait_for_quota=options.wait_for_quota,
+            )
         return await client.sandboxes.create(
             image=options.image or task.image,
             cpu=options.cpu,
