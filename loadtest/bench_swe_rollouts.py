@@ -181,7 +181,8 @@ def run(args: argparse.Namespace, home: Path) -> dict[str, Any]:
             key = (home / "dev-api-key").read_text().strip()
             proxy_url = (home / "run" / "modelproxy.addr").read_text().strip()
             out.update(asyncio.run(measure(args, stack.endpoint, key, proxy_url)))
-            out["left_on_host"] = leftovers(home)
+            out["left_on_host"] = leftovers(home)  # a pool's members are still there
+        out["left_after_stop"] = leftovers(home)
         return out
     finally:
         server.terminate()
