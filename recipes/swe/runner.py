@@ -112,7 +112,11 @@ async def run_swe(
         rollout = SweRollout(index, int((job.metadata or {})["sample"]), result)
         if result.status is not Status.ABORTED:
             async with gate:
-                await _grade(client, proxy, job.task, rollout, options)
+                try:
+                    await _grade(client, proxy, job.task, rollout, options)
+                except Exception as err:  # a bug, not a fault: this rollout's, no other's
+                    rollout.grade_fault = f"runner: {type(err).__name__}: {err}"
+                    result.reward = None
         if on_graded is not None:
             on_graded(rollout)
         return rollout
