@@ -118,6 +118,7 @@ class SandboxLifecycle:
             expires_at=now + req.ttl_seconds,
             labels=req.labels,
             env=req.env,
+            model_endpoint=req.model_endpoint,
         )
         if req.network.networked:
             self.network_policies.save(rec.id, req.network)
@@ -260,6 +261,7 @@ class SandboxLifecycle:
             network=self.network_policies.get(rec.id, rec.network_mode),
             runtime_class=rec.runtime_class,
             tenant=rec.tenant,
+            model_endpoint=rec.model_endpoint,
         )
         try:
             with span("backend.create", sandbox_id=rec.id, backend=self.backend.name):

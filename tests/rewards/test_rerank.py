@@ -78,3 +78,15 @@ def test_one_command_evaluation_prints_json(
     assert rerank_main(["rank", str(tmp_path / "m.npz"), str(store.path)]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(lines) == 240 and lines[0]["score"] >= lines[-1]["score"]
+
+
+def test_an_empty_patch_or_trajectory_is_scored_not_refused() -> None:
+    """A rollout that gave up (no diff, nothing said) is a candidate like any other: the
+    hashing featurizer used to raise on text with no words (found by the SWE recipe)."""
+    model = ValueModel.train(generate(tasks=10, per_task=4, seed=2))
+    empty = Rollout("t", "", [], "", False, rollout_id="empty")
+    said = Rollout("t", "fix it", [{"role": "assistant", "content": "done"}], "", False,
+                   rollout_id="said")  # fmt: skip
+    ranked = model.rank([empty, said])
+    assert sorted(i for i, _ in ranked) == [0, 1]
+    assert all(0.0 <= score <= 1.0 for _, score in ranked)

@@ -92,7 +92,8 @@ class HashingFeaturizer:
 
     def _hash_into(self, row: Vector, text: str, offset: int) -> None:
         words = _WORD.findall(text.lower())
-        for a, b in zip(words, [*words[1:], ""], strict=True):
+        # each word and its bigram with the next ("" after the last); no words, no features
+        for a, b in zip(words, [*words[1:], ""][: len(words)], strict=True):
             row[offset + _bucket(a, self.buckets)] += 1.0
             row[offset + _bucket(f"{a} {b}", self.buckets)] += 1.0
 

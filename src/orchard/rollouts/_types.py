@@ -124,3 +124,9 @@ class RolloutResult:
     submission: str | None = None
     seconds: float = 0.0
     detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fault_phase(self) -> str | None:
+        """The phase a fault came from (``fault`` reads ``"<phase>: <what failed>"``):
+        ``proxy``, ``sandbox``, ``tools``, ``setup``, ``harness``, ``grade`` or ``runner``."""
+        return self.fault.split(":", 1)[0] if self.fault else None

@@ -184,6 +184,7 @@ class FakeSandboxService:
             tenant=rec.tenant,
             template=rec.template,
             ttl_seconds=rec.ttl_seconds,
+            model_endpoint=rec.model_endpoint,
         )
         if rec.usable:
             msg.executor.CopyFrom(self._access(rec))
@@ -225,6 +226,11 @@ class FakeSandboxService:
                 raise invalid(
                     f"{', '.join(given)}: set by the template {request.template[:80]!r}; "
                     "leave them unset when creating from a template"
+                )
+            if request.model_endpoint:
+                raise invalid(
+                    "model_endpoint: not available with a template (its warm members are made "
+                    "without one); create the sandbox without a template"
                 )
             template = world.templates.get(request.template)
             if template is None:
@@ -293,6 +299,7 @@ class FakeSandboxService:
                 request_id=request.request_id,
                 root=world.new_root(sandbox_id),
                 state=sandbox_pb2.CLAIMED if template else sandbox_pb2.READY,
+                model_endpoint=world.model_endpoint_base if request.model_endpoint else "",
             )
             seed_files(rec.root, world.images[image].files)
             world.sandboxes[sandbox_id] = rec

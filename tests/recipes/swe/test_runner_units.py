@@ -1,0 +1,117 @@
+"""The SWE runner's grading branches and the CLI's harness choice, without a stack.
+
+The grading step talks to two services (the rewards service, the model proxy); their happy
+path runs for real in test_swe_live.py. Here the branches a live stack will not produce on
+demand (the platform failing a grade, the proxy refusing finish) are driven by recording
+stand-ins with the same methods, to check what the runner records and tells the proxy."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from orchard.recipes.swe.agent import BashAgent
+from orchard.recipes.swe.cli import harness_of
+from orchard.recipes.swe.instances import load_tasks
+from orchard.recipes.swe.runner import SweOptions, SweRollout, _grade
+
+import orchard
+from orchard.rollouts import ProxyError, RolloutResult, Status
+
+
+def report(reward: float | None, kind: str = "graded", resolved: bool = False) -> Any:
+    return orchard.GradeReport(
+        instance_id="i", kind=kind, resolved=resolved, resolution="", reward=reward,
+        fail_to_pass=([], []), pass_to_pass=([], []), apply_method="git apply",
+        reason="sandbox create failed" if reward is None else "", log_tail="",
+        duration_seconds=1.0,
+    )  # fmt: skip
+
+
+class Rewards:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.asked: list[tuple[dict[str, Any], str]] = []
+
+    async def grade(self, row: dict[str, Any], output: str, **kw: Any) -> Any:
+        self.asked.append((row, output))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+class Client:
+    def __init__(self, answer: Any) -> None:
+        self.rewards = Rewards(answer)
+
+
+class Proxy:
+    def __init__(self, refuse: bool = False) -> None:
+        self.finished: list[tuple[Any, ...]] = []
+        self.refuse = refuse
+
+    async def finish(
+        self, session_id: str, reward: Any = None, fault: str = "", msg: str = ""
+    ) -> None:
+        if self.refuse:
+            raise ProxyError(403, "SESSION_FORBIDDEN", "not yours")
+        self.finished.append((session_id, reward, fault, msg))
+
+    async def samples(self, session_id: str) -> list[dict[str, Any]]:
+        return [{"session_id": session_id, "reward": self.finished[-1][1]}]
+
+
+def grade(
+    answer: Any, diff: str = "diff --git a/x b/x", refuse: bool = False
+) -> tuple[SweRollout, Client, Proxy]:
+    (task,) = load_tasks()
+    result = RolloutResult(task.id, "bash", Status.COMPLETED, 3, diff, [], [], "ses_1",
+                           submission="said so")  # fmt: skip
+    rollout = SweRollout(0, 0, result)
+    client, proxy = Client(answer), Proxy(refuse)
+    asyncio.run(_grade(client, proxy, task, rollout, SweOptions()))  # type: ignore[arg-type]
+    return rollout, client, proxy
+
+
+def test_a_resolved_grade_is_the_reward_on_the_session_and_its_samples() -> None:
+    rollout, client, proxy = grade(report(1.0, resolved=True))
+    assert rollout.resolved and rollout.reward == 1.0 and rollout.grade_fault is None
+    assert client.rewards.asked[0][0]["instance_id"] == "orchard-samples__calc_divide-1"
+    assert client.rewards.asked[0][1].startswith("diff --git")
+    assert proxy.finished == [("ses_1", 1.0, "", "")]
+    assert rollout.result.samples == [{"session_id": "ses_1", "reward": 1.0}]
+
+
+def test_no_diff_grades_the_submission_text() -> None:
+    _, client, _ = grade(report(-1.0, kind="no_patch"), diff="")
+    assert client.rewards.asked[0][1] == "said so"
+
+
+@pytest.mark.parametrize(
+    "answer", [report(None, kind="infrastructure"), orchard.InfrastructureError("down")]
+)
+def test_a_grade_the_platform_could_not_do_is_no_reward_and_an_infrastructure_fault(
+    answer: Any,
+) -> None:
+    rollout, _, proxy = grade(answer)
+    assert rollout.reward is None and not rollout.resolved
+    assert rollout.grade_fault is not None and rollout.grade_fault.startswith("rewards: ")
+    ((session, reward, fault, message),) = proxy.finished
+    assert (session, reward, fault) == ("ses_1", None, "infrastructure") and message
+
+
+def test_a_proxy_that_refuses_the_reward_leaves_the_rollout_without_one() -> None:
+    rollout, _, _ = grade(report(1.0, resolved=True), refuse=True)
+    assert rollout.reward is None and rollout.grade_fault is not None
+    assert "SESSION_FORBIDDEN" in rollout.grade_fault
+
+
+def test_the_harness_option() -> None:
+    assert isinstance(harness_of("bash", BashAgent().config), BashAgent)
+    made = harness_of("orchard.recipes.swe.agent:BashAgent", BashAgent().config)
+    assert isinstance(made, BashAgent)
+    for bad in ("nope", "no.such.module:X", "orchard.recipes.swe.agent:Nothing",
+                "orchard.recipes.swe.agent:truncate"):  # fmt: skip
+        with pytest.raises(SystemExit):
+            harness_of(bad, BashAgent().config)

@@ -1,0 +1,86 @@
+"""A scripted policy that fixes calc_divide in four steps, by what it sees.
+
+The scripted model server calls it with each Chat body (as the proxy forwards it, whatever
+format the harness spoke) and answers with the entry it returns. It decides from the
+conversation, never from a counter, so many rollouts can share one server:
+
+1. no tool output yet: look for the bug (``grep``);
+2. the grep shows the faulty line: edit the file (``sed``);
+3. the edit went through: run the failing example and the tests;
+4. the example prints 3.0 and the tests pass: finish with a message, no tool call.
+
+Anything else (a tool output it did not expect) is answered with a 500, so a harness that
+did not run a command, or ran it elsewhere, fails the test loudly rather than "finishing".
+How a step's command is phrased as a tool call is the harness's format (``ToolFormat``): the
+driver-side harness's ``bash`` tool here; the real CLIs' own tools in their tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+FIND = "grep -n 'len(values)' calc/__init__.py"
+EDIT = "sed -i 's|(len(values) + 1)|len(values)|' calc/__init__.py && echo edited"
+CHECK = "python3 -c 'from calc import mean; print(mean([2, 4]))' && python3 -m pytest -q -p no:cacheprovider"
+DONE = "Fixed: mean divides by len(values); the example gives 3.0 and the tests pass."
+
+MARKER = re.compile(r"\[rollout ([\w.-]+)\]")
+
+ToolCall = Callable[[str, str], dict[str, Any]]
+"""(call id, shell command) -> a scripted tool call ``{"id", "name", "arguments"}``."""
+
+
+def bash_call(call_id: str, command: str) -> dict[str, Any]:
+    return {"id": call_id, "name": "bash", "arguments": json.dumps({"command": command})}
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content)
+    return str(content)
+
+
+@dataclass
+class CalcPolicy:
+    """The policy callable, and a log of (body, entry) per call it answered, by rollout: the
+    ``[rollout NAME]`` marker the tests put in each task's prompt (harnesses wrap the prompt
+    in their own context, so it is searched for in every user message)."""
+
+    tool_call: ToolCall = bash_call
+    answered: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        entry = self.decide(body.get("messages") or [])
+        users = " ".join(_text(m) for m in body.get("messages") or [] if m.get("role") == "user")
+        found = MARKER.search(users)
+        key = found.group(1) if found else ""
+        with self.lock:
+            self.answered.setdefault(key, []).append((body, entry))
+        return entry
+
+    def decide(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        outputs = [_text(m) for m in messages if m.get("role") == "tool"]
+        step = len(outputs)
+        if step == 0:
+            return {
+                "content": "Let me find the mean.",
+                "tool_calls": [self.tool_call("call_1", FIND)],
+            }
+        last = outputs[-1]
+        if step == 1 and "(len(values) + 1)" in last:
+            return {
+                "content": "Off by one: fix it.",
+                "tool_calls": [self.tool_call("call_2", EDIT)],
+            }
+        if step == 2 and "edited" in last:
+            return {"content": "Now check it.", "tool_calls": [self.tool_call("call_3", CHECK)]}
+        if step == 3 and "3.0" in last and "passed" in last:
+            return {"content": DONE}
+        return {"status": 500, "content": f"policy: unexpected step {step} after {last[-300:]!r}"}
