@@ -4,8 +4,9 @@ Each task in ``tasks.json`` is a released sdist from PyPI (name, version, sha256
 upstream fix (``fix``: the commit) reverse-applied: the buggy repository is the sdist minus
 ``gold.patch`` (the fix's source change) minus ``test.patch`` (the fix's tests), so the gold
 patch is the project's own fix and the test patch its own tests; ``problem.md`` is ours.
-``FAIL_TO_PASS`` / ``PASS_TO_PASS`` came from running the test files before and after the
-fix in the default image and are checked through the real rewards grader by
+``FAIL_TO_PASS`` / ``PASS_TO_PASS`` come from grading each task through the rewards service
+with no change and with the gold patch (``python -m orchard.recipes.swe.bundled derive``;
+the test statuses it parsed) and are checked the same way by
 ``tests/recipes/swe/test_bundled_tasks_live.py``.
 
 The repositories are not committed (third-party code, ~4 MB): :func:`build` downloads the
@@ -221,3 +222,26 @@ def build(home: Path | None = None) -> Path:
     partial.write_text("".join(json.dumps(r) + "\n" for r in rows))
     partial.replace(target)
     return target
+
+
+UNCHANGED_PATCH = (
+    "diff --git a/ORCHARD_BASELINE.md b/ORCHARD_BASELINE.md\nnew file mode 100644\n"
+    "--- /dev/null\n+++ b/ORCHARD_BASELINE.md\n@@ -0,0 +1 @@\n+The code as it was: no change.\n"
+)
+"""A candidate that changes no code: grading it runs the tests on the buggy repository."""
+
+PASSING = ("PASSED", "XFAIL")
+
+
+def _unambiguous(test_id: str) -> bool:
+    """pytest's ``-rA`` summary cuts an id at its first space (swebench's parser reads the
+    line that way too): such an id (an unclosed ``[``) may stand for several tests."""
+    return "[" not in test_id or test_id.endswith("]")
+
+
+def split_statuses(before: dict[str, str], after: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(FAIL_TO_PASS, PASS_TO_PASS) from the test statuses without and with the fix."""
+    passing = [t for t, s in after.items() if s in PASSING and _unambiguous(t)]
+    f2p = sorted(t for t in passing if before.get(t) not in PASSING)
+    p2p = sorted(t for t in passing if before.get(t) in PASSING)
+    return f2p, p2p

@@ -16,6 +16,7 @@ from orchard.recipes.swe.bundled import (
     data_dir,
     fetch_sdist,
     instances_path,
+    split_statuses,
 )
 from orchard.recipes.swe.tasks import load_tasks, patch_files
 
@@ -80,3 +81,12 @@ def test_a_tampered_sdist_is_refused(tmp_path: Path) -> None:
     (tmp_path / task.sdist).write_bytes(b"not the release")
     with pytest.raises(BuildError, match=f"{task.name}: .* has sha256 .*, pinned {task.sha256}"):
         fetch_sdist(task, tmp_path)
+
+
+def test_split_statuses_leaves_out_ids_cut_at_a_space() -> None:
+    before = {"t.py::a": "FAILED", "t.py::b": "PASSED", "t.py::c[x": "FAILED", "t.py::d": "PASSED"}
+    after = {"t.py::a": "PASSED", "t.py::b": "PASSED", "t.py::c[x": "PASSED", "t.py::d": "FAILED"}
+    assert split_statuses(before, {**after, "t.py::e": "XFAIL"}) == (
+        ["t.py::a", "t.py::e"],
+        ["t.py::b"],
+    )

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from orchard.recipes.swe.bundled import bundled_tasks, instances_path
+from orchard.recipes.swe.bundled import UNCHANGED_PATCH, bundled_tasks, instances_path
 from orchard.recipes.swe.tasks import SweTask, load_tasks
 
 from orchard import GradeReport, Rewards
@@ -24,10 +24,6 @@ pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(1500)]
 
 SAMPLES = Path(__file__).parents[3] / "recipes" / "swe" / "samples" / "instances.jsonl"
 PARALLEL = 4
-UNCHANGED = (
-    "diff --git a/ORCHARD_BASELINE.md b/ORCHARD_BASELINE.md\nnew file mode 100644\n"
-    "--- /dev/null\n+++ b/ORCHARD_BASELINE.md\n@@ -0,0 +1 @@\n+The code as it was: no change.\n"
-)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +68,7 @@ def _problems(task: SweTask, before: GradeReport, after: GradeReport) -> list[st
 def test_every_task_fails_before_and_passes_after_its_gold_patch(rewards: Rewards) -> None:
     tasks = _tasks()
     assert len(tasks) >= 11
-    jobs = [(task, patch) for task in tasks for patch in (UNCHANGED, task.gold_patch)]
+    jobs = [(task, patch) for task in tasks for patch in (UNCHANGED_PATCH, task.gold_patch)]
     with ThreadPoolExecutor(PARALLEL) as pool:
         reports = list(pool.map(lambda job: rewards.grade(job[0].grading_instance(), job[1]), jobs))
     problems = []
