@@ -4,7 +4,9 @@ real rewards grader on a real stack (``orchard up``: runc sandboxes from the def
 For each task (the ten real bugs ``make swe-tasks`` builds, and the calc_divide sample) the
 grader runs twice, in parallel sandboxes: on a change that touches no code (a new notes
 file), where every FAIL_TO_PASS test must fail and every PASS_TO_PASS test pass; and on the
-gold patch (the upstream fix), where all must pass and the task is resolved.
+gold patch (the upstream fix), where all must pass and the task is resolved. The lists
+must also be exactly what the two runs' statuses give (``bundled derive``): no test that
+flips is missing from them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from orchard.recipes.swe.bundled import UNCHANGED_PATCH, bundled_tasks, instances_path
+from orchard.recipes.swe.bundled import (
+    UNCHANGED_PATCH,
+    bundled_tasks,
+    instances_path,
+    split_statuses,
+)
 from orchard.recipes.swe.tasks import SweTask, load_tasks
 
 from orchard import GradeReport, Rewards
@@ -60,6 +67,8 @@ def _problems(task: SweTask, before: GradeReport, after: GradeReport) -> list[st
             f"gold patch: failing {after.fail_to_pass[1] + after.pass_to_pass[1]}, "
             f"missing {sorted(set(f2p + p2p) - set(after.fail_to_pass[0] + after.pass_to_pass[0]))}"
         )
+    if split_statuses(before.test_statuses, after.test_statuses) != (f2p, p2p):
+        found.append("the lists are not what this run derives (bundled derive --write)")
     if after.apply_method != "git apply":
         found.append(f"gold patch applied by {after.apply_method!r}, not a clean git apply")
     return [f"{task.instance_id}: {p}" for p in found]
