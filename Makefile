@@ -86,7 +86,7 @@ $(NEMO_GYM_VENV)/.installed: pyproject.toml
 
 # The SWE recipe's bundled tasks (recipes/swe/bundled): ten pinned PyPI sdists, each with a real
 # upstream fix reverse-applied, written to $(ORCHARD_HOME)/recipes/swe/instances.jsonl (the
-# sdists cached beside it: a few seconds once they are there; pip download the first time).
+# sdists cached beside it: ~35 s the first time, with pip download; ~4 s once they are there).
 .PHONY: swe-tasks
 test: swe-tasks
 swe-tasks: venv
