@@ -86,6 +86,14 @@ $(NEMO_GYM_VENV)/.installed: pyproject.toml
 	$(NEMO_GYM_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python 'nemo-gym==0.7.0'
 	touch $@
 
+# The SWE recipe's bundled tasks (recipes/swe/bundled): ten pinned PyPI sdists, each with a real
+# upstream fix reverse-applied, written to $(ORCHARD_HOME)/recipes/swe/instances.jsonl (the
+# sdists cached beside it: ~35 s the first time, with pip download; ~4 s once they are there).
+.PHONY: swe-tasks
+test: swe-tasks
+swe-tasks: venv
+	$(PY) -m orchard.recipes.swe.bundled build
+
 init-binary: venv
 	@$(PY) -m orchard.executor.initbin >/dev/null
 

@@ -49,9 +49,7 @@ def test_wrong_patch_is_graded_unresolved(rewards: Rewards) -> None:
     report = rewards.grade(ROW, wrong, scheme="pass_rate")
     assert (report.kind, report.resolved) == ("graded", False)
     assert report.fail_to_pass == ([], sorted(json.loads(ROW["FAIL_TO_PASS"])))
-    assert report.reward == pytest.approx(
-        0.7 * 2 / 3
-    )  # F2P rate 0, P2P 2 of 3 (values1-5 fails too)
+    assert report.reward == pytest.approx(0.3 * 0 + 0.7 * 2 / 2)  # F2P none of 3, P2P both
 
 
 def test_failure_kinds(rewards: Rewards) -> None:

@@ -2,7 +2,10 @@
 
 Each folder holds ``repo/`` (the buggy repository), ``gold.patch``,
 ``test.patch`` and ``problem.md``. The rows use the default image and the
-Orchard ``repo_files`` extension (the image has no repository of its own).
+Orchard ``repo_files`` extension (the image has no repository of its own): the
+``orchard`` row format of ``orchard.recipes.swe.tasks`` (``load_tasks(path, "orchard")``).
+``mean([5])`` is 2.5 before the fix, so ``test_mean[values1-5]`` is a FAIL_TO_PASS test
+(tests/recipes/swe/test_bundled_tasks_live.py runs every list through the grader).
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ SAMPLES = {
     "calc_divide": {
         "FAIL_TO_PASS": [
             "tests/test_calc.py::test_mean[values0-3]",
+            "tests/test_calc.py::test_mean[values1-5]",
             "tests/test_calc.py::test_mean[values2-3]",
         ],
         "PASS_TO_PASS": [
             "tests/test_calc.py::test_add",
             "tests/test_calc.py::test_mean_empty",
-            "tests/test_calc.py::test_mean[values1-5]",
         ],
     }
 }
