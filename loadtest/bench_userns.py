@@ -1,7 +1,7 @@
 """What user namespaces cost at create: p50/p90 of a cold create, ``ORCHARD_USERNS`` 0 vs 1.
 
 Two real ``orchard up`` stacks, one after the other, in homes under /var/tmp
-(searchable by others, as user namespaces need). In each: ``--creates`` sandboxes
+(``1``: every sandbox in a namespace, the same as the default for runc sandboxes). In each: ``--creates`` sandboxes
 created one at a time through the SDK (create returns READY) and deleted, after
 one warm-up; then ``--rounds`` alternations so both settings see the same machine
 load. Prints one JSON object.

@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -441,3 +442,22 @@ def test_create_and_delete_timings(backend: LocalBackend, run: Run) -> None:
 def _real_init(backend: LocalBackend) -> bool:
     binary = backend.settings.init_binary
     return binary is not None and binary.name.startswith("orchard-init")
+
+
+def test_required_user_namespaces_refuse_an_injected_create_by_name(
+    settings: LocalSettings, run: Run, home: Path, tmp_path: Path
+) -> None:
+    """ORCHARD_USERNS=1 (userns_required): a runtime class without namespaces is refused
+    with UNSUPPORTED naming the setting, before any folder is made; by default (on for
+    runc only) the same create would run without one (tests/injected)."""
+    required = LocalBackend(
+        replace(settings, userns_required=True, executor_bundle=tmp_path / "bundle")
+    )
+    try:
+        with pytest.raises(BackendError) as refused:
+            run(required.create(spec("inj-1", runtime_class="injected")))
+        assert refused.value.reason == "UNSUPPORTED"
+        assert "ORCHARD_USERNS=1" in refused.value.message
+        assert not (home / "sandboxes/inj-1").exists()
+    finally:
+        run(required.close())

@@ -99,3 +99,42 @@ def test_the_oci_config_joins_the_namespace_with_its_mapping(tmp_path: Path) -> 
     )
     assert all(ns["type"] != "user" for ns in plain["linux"]["namespaces"])
     assert "uidMappings" not in plain["linux"]
+
+
+def test_the_setting_defaults_on_and_1_requires_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ORCHARD_USERNS", raising=False)
+    assert userns.enabled_from_env() and not userns.required_from_env()
+    monkeypatch.setenv("ORCHARD_USERNS", "0")
+    assert not userns.enabled_from_env() and not userns.required_from_env()
+    monkeypatch.setenv("ORCHARD_USERNS", "1")
+    assert userns.enabled_from_env() and userns.required_from_env()
+
+
+def test_runc_is_pointed_at_the_reachable_alias_not_the_home(tmp_path: Path) -> None:
+    """runc resolves these paths as the sandbox's uid: the root, the init binary and the
+    bind sources in the sandbox folder go through /run/orchard-userns/<id>; the rest
+    (kernel filesystems) is left alone."""
+    sandbox_dir = tmp_path / "home" / "sandboxes" / "sb-x"
+    init = tmp_path / "home" / "bin" / "orchard-init"
+    config = oci_config.build_config(
+        sandbox_id="sb-x",
+        rootfs=sandbox_dir / "rootfs",
+        init_binary=init,
+        limits=oci_config.ContainerLimits(500, 1 << 28, 64),
+        userns=("/proc/7/ns/user", userns.UidRange(3, 1 << 30).mapping),
+    )
+    config["mounts"].append(
+        {
+            "destination": "/etc/resolv.conf",
+            "type": "bind",
+            "source": str(sandbox_dir / "resolv.conf"),
+        }
+    )
+    userns.reroute(config, sandbox_dir, init)
+    alias = userns.REACHABLE_ROOT / "sb-x"
+    assert config["root"]["path"] == str(alias / "rootfs")
+    sources = {m["destination"]: m["source"] for m in config["mounts"]}
+    assert sources["/etc/resolv.conf"] == str(alias / "resolv.conf")
+    assert sources[oci_config.INIT_PATH_IN_CONTAINER] == str(alias / userns.INIT_IN_BUNDLE)
+    assert sources["/proc"] == "proc"
+    assert not any(str(tmp_path) in source for source in sources.values())

@@ -150,7 +150,12 @@ def test_kill_9_of_the_scheduler_mid_load_loses_and_leaks_nothing(home: Path) ->
         before = {sid: r for sid, r in live.items() if r.created_at < restarted_at}
         failed = {sid for sid, r in before.items() if r.state == State.FAILED}
         assert all(before[sid].fault == "infrastructure" for sid in failed)
-        assert all(r.state in USABLE_STATES for sid, r in before.items() if sid not in failed)
+        unusable = {
+            sid: (r.state, r.state_reason)
+            for sid, r in before.items()
+            if sid not in failed and r.state not in USABLE_STATES
+        }
+        assert not unusable, unusable
         assert set(before) - failed <= containers and not failed & containers
         assert warm, "the crash left no warm member to adopt (the load claimed them all)"
         assert {sid for sid, r in before.items() if r.in_pool} == warm

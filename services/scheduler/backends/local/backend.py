@@ -604,7 +604,7 @@ class LocalBackend:
             # dir) is done below without starting runc (~5 ms of CPU per sandbox).
         self.network.detach_sync(sandbox_id)
         if uid_range is not None:
-            userns.drop_reachable(sandbox_id)  # left by a create killed while runc ran
+            userns.drop_reachable(sandbox.dir)  # left by a create killed while runc ran
         if sandbox.dir.exists():
             overlay.unmount_overlay(sandbox.rootfs)
             scratch.unmount_scratch(sandbox.dir)  # after the overlay that sits on it

@@ -323,20 +323,24 @@ def reachable_bundle(sandbox_dir: Path, init_binary: Path) -> Iterator[Path]:
         for path in reversed(mounted):
             with contextlib.suppress(OSError):
                 syscalls.umount(str(path), lazy=True)
-        drop_reachable(sandbox_dir.name)
+        drop_reachable(sandbox_dir)
+
+
+def drop_reachable(sandbox_dir: Path) -> None:
+    """Remove what :func:`reachable_bundle` made for the sandbox in ``sandbox_dir``: the
+    bind at ``/run/orchard-userns/<id>`` and the init binary's bind in the folder
+    (idempotent; delete calls it, since a create killed while runc ran leaves both, and
+    the folder cannot be removed with a mount in it)."""
+    alias = REACHABLE_ROOT / sandbox_dir.name
+    init_target = sandbox_dir / INIT_IN_BUNDLE
+    for path in (alias, init_target):
         with contextlib.suppress(OSError):
-            init_target.unlink()
-
-
-def drop_reachable(sandbox_id: str) -> None:
-    """Remove a sandbox's ``/run/orchard-userns/<id>`` (its bind, when a killed create left
-    one; idempotent; delete calls it)."""
-    alias = REACHABLE_ROOT / sandbox_id
-    with contextlib.suppress(OSError):
-        while syscalls.umount(str(alias), lazy=True):
-            pass
+            while syscalls.umount(str(path), lazy=True):
+                pass
     with contextlib.suppress(OSError):
         alias.rmdir()
+    with contextlib.suppress(OSError):
+        init_target.unlink()
 
 
 def reroute(config: dict[str, Any], sandbox_dir: Path, init_binary: Path) -> None:
