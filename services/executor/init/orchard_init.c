@@ -525,8 +525,10 @@ static uint32_t kill_all(pid_t keep, int sig) {
         struct timespec ts = {0, 500000};
         nanosleep(&ts, NULL);
     }
-    /* Wait (at most ~2 s) until every signalled process is gone, so its pid
-     * is free again when the caller gets the answer. */
+    /* Wait (at most ~2 s) until every signalled process is gone and reaped,
+     * so its pid is free again when the caller gets the answer: a zombie still
+     * counts in the sandbox's pids cgroup until init (its parent by now)
+     * reaps it. */
     for (int wait = 0; victims != NULL && sig == SIGKILL && wait < 2000; wait++) {
         if (self == 1)
             while (waitpid(-1, NULL, WNOHANG) > 0) {
@@ -534,7 +536,7 @@ static uint32_t kill_all(pid_t keep, int sig) {
         int live = 0;
         for (size_t i = 0; i < nvictims && !live; i++) {
             char state = '?';
-            live = read_ppid(victims[i], &state) >= 0 && state != 'Z';
+            live = read_ppid(victims[i], &state) >= 0;
         }
         if (!live)
             break;
