@@ -17,16 +17,19 @@ every answer through the endpoint must be the model proxy's own.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchard import InvalidRequestError, Orchard, Sandbox
+from orchard import InvalidRequestError, Orchard, OrchardError, Sandbox
 from orchard.testing.scripted_model import ScriptedUpstream, scripted_upstream
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
@@ -236,6 +239,9 @@ def test_another_sandbox_is_out_of_reach_and_internet_sandboxes_have_the_endpoin
         direct = [f"{h}:{proxy_port}" for h in ("10.213.0.1", *node_addresses())]
         reached = json.loads(py(open_sb, SCAN, json.dumps(direct)))
         assert "ok" not in reached.values(), reached
+        # a policy change keeps the endpoint (it lives on the namespace's loopback)
+        open_sb.set_network("none")
+        assert _chat(open_sb, session["credential"])["status"] == 200
 
 
 # Inside: hold argv[1] connections to the endpoint, then ask once more (one Chat call shape);
@@ -299,3 +305,37 @@ def test_a_connection_flood_from_one_sandbox_is_capped(
     assert refused - refused_before >= 1
     assert (refused - refused_before) / seconds <= 25, (refused - refused_before, seconds)
     assert _metric(running, "orchard_model_endpoint_bytes_total", "to_proxy") > 0
+
+
+def _child_pid(parent: int, module: str) -> int:
+    """The pid of ``orchard up``'s child running ``python -m <module>``."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    for pid in map(int, children):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if module.encode() in argv:
+            return pid
+    raise AssertionError(f"no {module} child of {parent}")
+
+
+def test_a_restarted_scheduler_reopens_the_endpoint(stack: tuple[Stack, ScriptedUpstream]) -> None:
+    """Last in this module: it kills this stack's scheduler (orchard up restarts it)."""
+    running, _ = stack
+    session = _session(running)
+    client = _client(running)
+    with client.sandboxes.create(network="none", model_endpoint=True) as sb:
+        assert _chat(sb, session["credential"])["status"] == 200
+        scheduler = _child_pid(running.process.pid, "orchard.scheduler")
+        os.kill(scheduler, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                new = _child_pid(running.process.pid, "orchard.scheduler")
+                if new != scheduler:
+                    client.sandboxes.list()  # served: recovery (backend.list) has run
+                    break
+            except (AssertionError, OrchardError):
+                pass
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the scheduler did not come back")
+        assert _chat(sb, session["credential"])["status"] == 200
