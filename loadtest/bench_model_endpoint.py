@@ -1,7 +1,9 @@
 """Model endpoint benchmark: what a Chat call costs through a sandbox's endpoint vs from the host.
 
 Starts a real ``orchard up --model-upstream`` (the recording model proxy in front of
-``orchard.testing.scripted_model``, answering at once) in a temporary home, makes one
+``bench_modelproxy``'s scripted aiohttp upstream in its own process, vLLM-shaped answers at
+once; ``orchard.testing.scripted_model``'s stdlib server writes head and body apart and pays
+a 40 ms delayed-ACK stall per call, which would hide the figure) in a temporary home, makes one
 session and one sandbox with policy ``none`` and ``model_endpoint=True``, then runs the
 same client script (``http.client``, unstreamed Chat calls) two ways, in alternating rounds
 so both see the same noise:
@@ -30,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from loadtest.bench_modelproxy import _free_port, _wait_port
 from loadtest.peer_swerex import percentiles
 from orchard import Orchard
-from orchard.testing.scripted_model import scripted_upstream
 from tests.stack import running_stack
 
 # argv: base URL (no /s/...), credential, calls, "keepalive" | "new_connection".
@@ -73,9 +75,15 @@ def main() -> None:
     samples: dict[str, dict[str, list[float]]] = {
         way: {mode: [] for mode in modes} for way in ("direct", "endpoint")
     }
+    up_port = _free_port()
+    script = Path(__file__).resolve().parent / "bench_modelproxy.py"
+    upstream_process = subprocess.Popen(
+        [sys.executable, str(script), "--serve-upstream", str(up_port)]
+    )
+    _wait_port(up_port, 30, upstream_process)
+    upstream = f"http://127.0.0.1:{up_port}/v1"
     with (
         tempfile.TemporaryDirectory(prefix="orch-endpointbench-") as home,
-        scripted_upstream(lambda body: {"content": "ok"}) as (_server, upstream),
         running_stack(Path(home), up_args=["--model-upstream", upstream]) as stack,
     ):
         key = (stack.home / "dev-api-key").read_text().strip()
@@ -99,7 +107,10 @@ def main() -> None:
                     inside = sb.exec(["python3", "-c", CLIENT, base, credential, *run], timeout=600)
                     assert inside.exit_code == 0, inside.stderr_text
                     samples["endpoint"][mode] += json.loads(inside.stdout_text)
-    out: dict[str, object] = {"calls": args.calls, "rounds": args.rounds}
+    upstream_process.terminate()
+    upstream_process.wait(10)
+    out: dict[str, object] = {"calls": args.calls, "rounds": args.rounds,
+                              "load_average": Path("/proc/loadavg").read_text().split()[:3]}  # fmt: skip
     for mode in modes:
         direct = percentiles(samples["direct"][mode])
         endpoint = percentiles(samples["endpoint"][mode])

@@ -63,7 +63,7 @@ class _Answer(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def _proxy(tls: ssl.SSLContext | None = None) -> Iterator[int]:
+def model_proxy_stand_in(tls: ssl.SSLContext | None = None) -> Iterator[int]:
     """A real HTTP server on the host's loopback standing in for the model proxy."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
     server.daemon_threads = True
@@ -155,7 +155,7 @@ def test_a_connection_inside_reaches_the_target_and_its_bytes_are_counted(
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection(("127.0.0.1", 7711), 1)
 
-    with _proxy() as port, _namespace() as pid:
+    with model_proxy_stand_in() as port, _namespace() as pid:
         asyncio.run(main(pid, port))
 
 
@@ -180,7 +180,7 @@ def test_the_target_comes_from_the_address_file_when_it_changes(
             stats = endpoints.stats("sb-a")
             assert stats is not None and stats.unreachable == 2 and stats.connections == 1
 
-    with _proxy() as port, _namespace() as pid:
+    with model_proxy_stand_in() as port, _namespace() as pid:
         asyncio.run(main(pid, port))
 
 
@@ -217,7 +217,7 @@ def test_caps_answer_429_naming_the_cap_and_other_sandboxes_are_served(
             assert endpoints.connections.held(sandbox="sb-a") == 0
             assert (await _request(await _inside(sockets, pid_a))).startswith(b"HTTP/1.0 200")
 
-    with _proxy() as port, _namespace() as pid_a, _namespace() as pid_b:
+    with model_proxy_stand_in() as port, _namespace() as pid_a, _namespace() as pid_b:
         asyncio.run(main(pid_a, pid_b, port))
 
 
@@ -241,7 +241,7 @@ def test_idle_connections_are_closed_and_close_ends_everything(
             with pytest.raises(ConnectionRefusedError):  # the listener is gone
                 await _inside(sockets, pid)
 
-    with _proxy() as port, _namespace() as pid:
+    with model_proxy_stand_in() as port, _namespace() as pid:
         asyncio.run(main(pid, port))
 
 
@@ -285,7 +285,7 @@ def test_an_https_target_is_spoken_to_in_tls_and_the_sandbox_side_stays_plain(
             answer = await _request(await _inside(sockets, pid), b"{}")
             assert answer.startswith(b"HTTP/1.0 200"), answer[:200]
 
-    with _proxy(server_tls) as port, _namespace() as pid:
+    with model_proxy_stand_in(server_tls) as port, _namespace() as pid:
         asyncio.run(main(pid, port))
 
 
