@@ -26,7 +26,8 @@ from orchard.scheduler.backends.local.settings import DEFAULT_IMAGE, LocalSettin
 
 from tests.executor.harness import Client
 from tests.network.test_model_endpoint_relay import model_proxy_stand_in
-from tests.runtime.runtime_helpers import force_cleanup_home
+
+from .conftest import close_node
 
 pytestmark = pytest.mark.runc
 
@@ -80,10 +81,4 @@ def test_an_injected_sandbox_reaches_the_proxy_through_its_endpoint(
         loop.run_until_complete(backend.delete(spec.sandbox_id))
         assert not backend.model_endpoints.is_open(spec.sandbox_id)
     finally:
-        try:
-            for sandbox in loop.run_until_complete(backend.list()):
-                loop.run_until_complete(backend.delete(sandbox.sandbox_id))
-            loop.run_until_complete(backend.close())
-        finally:
-            loop.close()
-            force_cleanup_home(home)
+        close_node(loop, backend, home)
