@@ -37,6 +37,7 @@ from .calc_task import (
 )
 from .conftest import RolloutStack
 from .driver_harness import DriverBashHarness, RaisingHarness
+from .sandbox_agent import InSandboxAgent
 
 pytestmark = REQUIRES_STACK
 
@@ -264,5 +265,38 @@ def test_the_diff_carries_untracked_binary_and_non_utf8_files_and_replays(
             # a workdir that is no repository has no base: the runner reports no diff
             await box.make_dir("/plain")
             assert await base_commit(box, "/plain", 60) is None
+
+    rollout_stack.run(body)
+
+
+def test_an_in_sandbox_agent_reaches_the_model_only_through_the_endpoint(
+    rollout_stack: RolloutStack,
+) -> None:
+    """A harness that runs inside the sandbox (network none): the runner gives the sandbox its
+    model endpoint and the harness the in-sandbox URLs; the repository ends fixed, the samples
+    are token-exact. The sandbox reaches nothing else (the host's proxy URL is refused)."""
+    policy = CalcPolicy()
+    rollout_stack.upstream.use(policy)
+
+    async def grade(sandbox: AsyncSandbox, task: Task, run: HarnessRun) -> float:
+        host_url = rollout_stack.proxy_url + "/v1/sessions"
+        probe = await sandbox.exec(
+            [
+                "python3",
+                "-c",
+                f"import urllib.request; urllib.request.urlopen({host_url!r}, timeout=5)",
+            ]
+        )
+        assert probe.exit_code != 0  # the host's own proxy address: unreachable from inside
+        return await grade_hidden_tests(sandbox, task, run)
+
+    async def body(client: AsyncOrchard, proxy: ModelProxyClient) -> None:
+        result = await run_rollout(
+            client, InSandboxAgent(), _marked(calc_task(), "in-sandbox"), proxy=proxy,
+            model="scripted", limits=LIMITS, grade=grade,
+        )  # fmt: skip
+        _assert_fixed(result, policy, "in-sandbox")
+        calls = await proxy.calls(result.session_id or "")
+        assert len(calls) == 4 and all(c["api"] == "chat" for c in calls)
 
     rollout_stack.run(body)
