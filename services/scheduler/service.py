@@ -96,6 +96,7 @@ def to_proto(
         template=rec.template,
         fault=rec.fault,
         ttl_seconds=rec.ttl_seconds,
+        tool_layers=list(rec.tool_layers),
     )
 
 

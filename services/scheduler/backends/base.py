@@ -51,6 +51,9 @@ NETWORK_NONE = "none"
 # replica claimed the same warm-pool member first (it is theirs, not broken).
 CLAIMED_ELSEWHERE = "CLAIMED_ELSEWHERE"
 
+# BackendError.reason of a create that asked for a tools layer the node has not built.
+TOOLS_LAYER_NOT_BUILT = "TOOLS_LAYER_NOT_BUILT"
+
 
 @dataclass(frozen=True)
 class SandboxSpec:
@@ -80,6 +83,10 @@ class SandboxSpec:
     """How the sandbox runs: "" = the backend's default; locally "runc" (served by the
     node executor) or "injected" (its own executor from the bundle); on Kubernetes a
     RuntimeClass name (gVisor, Kata)."""
+    tool_layers: tuple[str, ...] = ()
+    """Tools layers to mount read-only (``orchard.scheduler.tools``), names already
+    checked; a backend that cannot mount one raises BackendError TOOLS_LAYER_NOT_BUILT
+    (not built on the node) or UNSUPPORTED."""
 
 
 @dataclass(frozen=True)

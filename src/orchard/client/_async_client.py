@@ -199,6 +199,7 @@ class AsyncSandboxes:
         template: str | None = None,
         files: Mapping[str, _requests.FileData] | None = None,
         wait_for_quota: float = 0.0,
+        tools: _values.Tools | None = None,
     ) -> AsyncSandbox:
         """Create a sandbox and wait until it is READY.
 
@@ -216,9 +217,15 @@ class AsyncSandboxes:
         ``wait_for_quota`` (seconds): when the tenant is over a quota, keep
         retrying that long, sleeping the server's ``retry-after`` between tries,
         before raising :class:`QuotaExceededError` (0: raise at once).
+
+        ``tools=True`` mounts the tools layer (the agent harness CLIs: ``codex``,
+        ``claude``, ``openclaw``, ``mini``, ``aider`` and ``node`` in
+        ``/opt/orchard/tools/bin``) read-only; a list names layers. A node that has not
+        built the layer refuses with :class:`FailedPreconditionError` naming the build
+        command (``make tools-layer``), never a sandbox without it.
         """
         request = _requests.create_request(
-            image, cpu, memory, network, ttl, labels, env, request_id, pids, template
+            image, cpu, memory, network, ttl, labels, env, request_id, pids, template, tools
         )
         client = self._client
         quota_wait = QuotaWait(wait_for_quota)

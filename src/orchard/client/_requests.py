@@ -32,6 +32,7 @@ def create_request(
     request_id: str | None = None,
     pids: int | None = None,
     template: str | None = None,
+    tools: _values.Tools | None = None,
 ) -> sandbox_pb2.CreateSandboxRequest:
     return sandbox_pb2.CreateSandboxRequest(
         image=image or "",
@@ -46,6 +47,7 @@ def create_request(
         env=dict(env or {}),
         request_id=request_id or "",
         template=template or "",
+        tool_layers=_values.tool_layers(tools),
     )
 
 

@@ -76,6 +76,7 @@ class SandboxRecord:
     state: int = sandbox_pb2.READY
     state_reason: str = ""
     network_updates: list[common_pb2.NetworkPolicy] = field(default_factory=list)
+    tool_layers: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -119,6 +120,8 @@ class World:
         self.tokens: dict[str, tuple[str, float]] = {}
         # (sandbox id, port inside) -> the local address it leads to (FakeOrchard.map_port)
         self.ports: dict[tuple[str, int], tuple[str, int]] = {}
+        # The tools layers this fake node "has built" (FakeOrchard(tool_layers=...)).
+        self.built_tool_layers: set[str] = set()
         self.closed = False
 
     @property

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from orchard.common.layout import NodeLayout, orchard_home
 
+from ...tools import tools_dir_from_env
 from ..netpolicy.settings import NetworkSettings
 from . import userns as uid_ranges
 
@@ -88,6 +89,9 @@ class LocalSettings:
     userns_ranges: int = field(default_factory=uid_ranges.ranges_from_env)
     """How many ranges of 65536 ids (sandboxes at once) ($ORCHARD_USERNS_RANGES)."""
     executor_start_timeout: float = 30.0
+    tools_dir: Path | None = None
+    """Where tools layers are built (``orchard.scheduler.tools``); None: $ORCHARD_TOOLS_DIR,
+    else ``<home>/tools``."""
     """Injected mode: how long a create waits for the sandbox's executor to serve."""
 
     @classmethod
@@ -109,6 +113,10 @@ class LocalSettings:
     @property
     def image_store_dir(self) -> Path:
         return self.images_dir if self.images_dir is not None else self.layout.images
+
+    @property
+    def tools_store_dir(self) -> Path:
+        return self.tools_dir if self.tools_dir is not None else tools_dir_from_env(self.home)
 
     @property
     def runc_root(self) -> Path:
