@@ -119,6 +119,7 @@ class SandboxLifecycle:
             expires_at=now + req.ttl_seconds,
             labels=req.labels,
             env=req.env,
+            model_endpoint=req.model_endpoint,
             tool_layers=req.tool_layers,
         )
         if req.network.networked:
@@ -262,6 +263,7 @@ class SandboxLifecycle:
             network=self.network_policies.get(rec.id, rec.network_mode),
             runtime_class=rec.runtime_class,
             tenant=rec.tenant,
+            model_endpoint=rec.model_endpoint,
             tool_layers=rec.tool_layers,
         )
         try:

@@ -31,7 +31,13 @@ from orchard.common.layout import is_valid_sandbox_id
 from orchard.common.logging import bind_call
 from orchard.common.metrics import observe_phase
 
-from .backends.base import UPDATE_NETWORK, BackendError, supports
+from .backends.base import (
+    MODEL_ENDPOINT,
+    MODEL_ENDPOINT_BASE,
+    UPDATE_NETWORK,
+    BackendError,
+    supports,
+)
 from .lifecycle import SandboxLifecycle, failed_create_error, lease_end
 from .network_policies import policy_from_proto, policy_to_proto
 from .pool_filler import PoolFiller
@@ -96,6 +102,7 @@ def to_proto(
         template=rec.template,
         fault=rec.fault,
         ttl_seconds=rec.ttl_seconds,
+        model_endpoint=MODEL_ENDPOINT_BASE if rec.model_endpoint else "",
         tool_layers=list(rec.tool_layers),
     )
 
@@ -128,6 +135,8 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         if request.template:
             validate_template_request(request)
         validated = validate_create(request, self.lifecycle.settings.limits)
+        if validated.model_endpoint:
+            self._check_model_endpoint()
         sized = self.pools.pool(request.template).template if request.template else validated
         check_create_quota(
             self.lifecycle.store, tenant, sized.cpu_millis, sized.memory_bytes, validated.request_id
@@ -143,6 +152,19 @@ class SchedulerService(sandbox_pb2_grpc.SandboxServiceServicer):
         if rec.state not in USABLE_STATES:
             raise precondition(f"sandbox {rec.id} is {rec.state.name}", "SANDBOX_NOT_READY")
         return self._answer(rec)
+
+    def _check_model_endpoint(self) -> None:
+        """INVALID_ARGUMENT where sandboxes cannot have a model endpoint."""
+        backend = supports(self.lifecycle.backend, MODEL_ENDPOINT)
+        if backend is None:
+            raise invalid(
+                f"model_endpoint: the {self.lifecycle.backend.name} backend cannot give a "
+                "sandbox a model endpoint (docs/model-endpoint.md)"
+            )
+        try:
+            backend.check_model_endpoint("")
+        except BackendError as exc:
+            raise invalid(exc.message) from exc
 
     async def GetSandbox(
         self, request: sandbox_pb2.GetSandboxRequest, context: Context

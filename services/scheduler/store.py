@@ -69,6 +69,8 @@ class SandboxRecord:
     executor_address: str = ""
     # The runtime class it was created with ("" = the backend's default).
     runtime_class: str = ""
+    # Created with a model endpoint inside (CreateSandboxRequest.model_endpoint).
+    model_endpoint: bool = False
     # The tools layers mounted into it (``tools.layers``), in the order asked.
     tool_layers: tuple[str, ...] = ()
 
@@ -122,7 +124,11 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sandboxes ADD COLUMN executor_address TEXT NOT NULL DEFAULT '';
     ALTER TABLE sandboxes ADD COLUMN runtime_class TEXT NOT NULL DEFAULT '';
     """,
-    # 3 -> 4: tools layers (a JSON list of names)
+    # 3 -> 4: the model endpoint inside a sandbox
+    """
+    ALTER TABLE sandboxes ADD COLUMN model_endpoint INTEGER NOT NULL DEFAULT 0;
+    """,
+    # 4 -> 5: tools layers (a JSON list of names)
     """
     ALTER TABLE sandboxes ADD COLUMN tool_layers TEXT NOT NULL DEFAULT '[]';
     """,
@@ -132,7 +138,7 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 _COLUMNS = (
     "id, tenant, request_id, image, cpu_millis, memory_bytes, pids, network_mode, ttl_seconds,"
     " labels, env, state, state_reason, fault, error_reason, created_at, expires_at,"
-    " template, claimed_at, executor_address, runtime_class, tool_layers"
+    " template, claimed_at, executor_address, runtime_class, model_endpoint, tool_layers"
 )
 
 
@@ -193,6 +199,7 @@ class SandboxStore:
             claimed_at,
             executor_address,
             runtime_class,
+            model_endpoint,
             tool_layers,
         ) = row
         return SandboxRecord(
@@ -217,18 +224,20 @@ class SandboxStore:
             claimed_at=float(claimed_at),  # type: ignore[arg-type]
             executor_address=str(executor_address),
             runtime_class=str(runtime_class),
+            model_endpoint=bool(model_endpoint),
             tool_layers=tuple(str(n) for n in json.loads(str(tool_layers))),
         )
 
     def insert(self, rec: SandboxRecord) -> None:
         try:
             self._db.execute(
-                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     rec.id, rec.tenant, rec.request_id, rec.image, rec.cpu_millis, rec.memory_bytes,
                     rec.pids, rec.network_mode, rec.ttl_seconds, json.dumps(rec.labels), json.dumps(rec.env),
                     int(rec.state), rec.state_reason, rec.fault, rec.error_reason, rec.created_at, rec.expires_at,
                     rec.template, rec.claimed_at, rec.executor_address, rec.runtime_class,
+                    int(rec.model_endpoint),
                     json.dumps(list(rec.tool_layers)),
                 ),
             )  # fmt: skip

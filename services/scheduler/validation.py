@@ -43,6 +43,7 @@ class ValidatedCreate:
     request_id: str
     network_mode: int = _Mode.NONE
     network: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
+    model_endpoint: bool = False
     tool_layers: tuple[str, ...] = ()
 
 
@@ -167,6 +168,7 @@ def validate_create(
         request_id=request_id,
         network_mode=mode_number(network),
         network=network,
+        model_endpoint=request.model_endpoint,
         tool_layers=tool_layers,
     )
 
@@ -189,6 +191,11 @@ def validate_template_request(request: sandbox_pb2.CreateSandboxRequest) -> None
         raise invalid(
             f"{', '.join(given)}: set by the template {request.template[:80]!r}; "
             "leave them unset when creating from a template"
+        )
+    if request.model_endpoint:
+        raise invalid(
+            "model_endpoint: not available with a template (its warm members are made "
+            "without one); create the sandbox without a template"
         )
 
 

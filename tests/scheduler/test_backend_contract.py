@@ -13,6 +13,7 @@ import pytest
 from orchard.scheduler.backends.base import (
     CHECK_RUNTIME_CLASS,
     CLOSE,
+    MODEL_ENDPOINT,
     POOL_STATE,
     REPORT_FAILURES,
     UPDATE_ENV,
@@ -86,6 +87,7 @@ def test_the_real_backends_declare_what_they_implement(tmp_path: Path) -> None:
         UPDATE_NETWORK,
         REPORT_FAILURES,
         CHECK_RUNTIME_CLASS,
+        MODEL_ENDPOINT,
         CLOSE,
     }
     assert kube.capabilities == {POOL_STATE, UPDATE_NETWORK, REPORT_FAILURES, CLOSE}

@@ -15,6 +15,7 @@ by listing them in ``capabilities``::
     UPDATE_NETWORK      update_network: a running sandbox's policy changes (both)
     REPORT_FAILURES     failure: sandboxes that died behind the scheduler's back (both)
     CHECK_RUNTIME_CLASS check_runtime_class: refuse a template's class at start (local)
+    MODEL_ENDPOINT      check_model_endpoint: sandboxes can have a model endpoint (local)
     CLOSE               close: the backend's own shutdown (both)
 
 Why a declaration and not ``isinstance`` on runtime-checkable Protocols (what
@@ -46,6 +47,14 @@ from .netpolicy.policy import NetworkPolicySpec
 # The only network mode the backends implement so far: a network namespace with
 # nothing but an UP loopback interface.
 NETWORK_NONE = "none"
+
+# The model endpoint inside a sandbox (``local.model_endpoint``): where commands reach the
+# node's recording model proxy, whatever the network policy; the same on every node.
+MODEL_ENDPOINT_HOST = "127.0.0.1"
+MODEL_ENDPOINT_PORT = 7711
+MODEL_ENDPOINT_BASE = f"http://{MODEL_ENDPOINT_HOST}:{MODEL_ENDPOINT_PORT}"
+MODEL_ENDPOINT_ENV = "ORCHARD_MODEL_BASE"
+"""The variable commands of such a sandbox get, set to ``MODEL_ENDPOINT_BASE``."""
 
 # BackendError.reason of a claim the backend refused because another scheduler
 # replica claimed the same warm-pool member first (it is theirs, not broken).
@@ -83,6 +92,9 @@ class SandboxSpec:
     """How the sandbox runs: "" = the backend's default; locally "runc" (served by the
     node executor) or "injected" (its own executor from the bundle); on Kubernetes a
     RuntimeClass name (gVisor, Kata)."""
+    model_endpoint: bool = False
+    """Give the sandbox a model endpoint (``MODEL_ENDPOINT_BASE`` inside, relayed to the
+    node's model proxy); only asked of a backend with the MODEL_ENDPOINT capability."""
     tool_layers: tuple[str, ...] = ()
     """Tools layers to mount read-only (``orchard.scheduler.tools``), names already
     checked; a backend that cannot mount one raises BackendError TOOLS_LAYER_NOT_BUILT
@@ -256,6 +268,15 @@ class RuntimeClassChecking(Protocol):
         ...
 
 
+class ModelEndpointing(Protocol):
+    """A backend that can give a sandbox a model endpoint (``SandboxSpec.model_endpoint``)."""
+
+    def check_model_endpoint(self, runtime_class: str) -> None:
+        """Raise ``BackendError`` (client fault, UNSUPPORTED) when sandboxes of this class
+        cannot have one, before anything is created."""
+        ...
+
+
 class Closing(Protocol):
     """A backend with its own shutdown (the scheduler calls it once, on stop)."""
 
@@ -270,6 +291,9 @@ UPDATE_NETWORK: Capability[NetworkUpdating] = Capability("update_network", ("upd
 REPORT_FAILURES: Capability[FailureReporting] = Capability("report_failures", ("failure",))
 CHECK_RUNTIME_CLASS: Capability[RuntimeClassChecking] = Capability(
     "check_runtime_class", ("check_runtime_class",)
+)
+MODEL_ENDPOINT: Capability[ModelEndpointing] = Capability(
+    "model_endpoint", ("check_model_endpoint",)
 )
 CLOSE: Capability[Closing] = Capability("close", ("close",))
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         Closing,
         EnvUpdating,
         FailureReporting,
+        ModelEndpointing,
         NetworkUpdating,
         PoolState,
         RuntimeClassChecking,
@@ -31,8 +32,14 @@ if TYPE_CHECKING:
         """For mypy only: each backend satisfies the Protocol of every capability it
         declares (``supports`` casts; this is what makes the cast honest)."""
         _local: tuple[
-            Backend, EnvUpdating, NetworkUpdating, FailureReporting, RuntimeClassChecking, Closing
-        ] = (local, local, local, local, local, local)
+            Backend,
+            EnvUpdating,
+            NetworkUpdating,
+            FailureReporting,
+            RuntimeClassChecking,
+            ModelEndpointing,
+            Closing,
+        ] = (local, local, local, local, local, local, local)
         _kube: tuple[Backend, PoolState, NetworkUpdating, FailureReporting, Closing] = (
             kube, kube, kube, kube, kube,
         )  # fmt: skip

@@ -76,6 +76,7 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
         template: str | None = None,
         files: Mapping[str, _requests.FileData] | None = None,
         wait_for_quota: float = 0.0,
+        model_endpoint: bool = False,
         tools: _values.Tools | None = None,
     ) -> AsyncSandbox:
         """See :meth:`Sandbox.create` (same arguments and units)."""
@@ -83,7 +84,7 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
 
         return await default_async_client(endpoint, api_key).sandboxes.create(
             image, cpu, memory, network, ttl, labels, env, request_id, pids, timeout, template,
-            files, wait_for_quota, tools,
+            files, wait_for_quota, model_endpoint, tools,
         )  # fmt: skip
 
     @classmethod

@@ -118,6 +118,9 @@ class SandboxInfo:
     """Seconds one lease lasts (``keepalive()`` extends the expiry to now + this)."""
     executor_address: str = ""
     """The node executor serving its data plane ("" unless ready)."""
+    model_endpoint: str = ""
+    """The model endpoint's base URL *inside* the sandbox (``http://127.0.0.1:7711``; a
+    harness calls ``<it>/s/<session credential>/v1/...``), "" when created without one."""
     executor_tls: bool = False
     """That executor speaks TLS."""
     token_expires_at: dt.datetime | None = None
@@ -173,6 +176,7 @@ def sandbox_info(msg: sandbox_pb2.Sandbox) -> SandboxInfo:
         env=dict(msg.env),
         ttl_seconds=msg.ttl_seconds,
         executor_address=msg.executor.address,
+        model_endpoint=msg.model_endpoint,
         executor_tls=msg.executor.tls,
         token_expires_at=_expiry(msg.executor.token_expires_at),
         tool_layers=tuple(msg.tool_layers),

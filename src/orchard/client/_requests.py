@@ -32,6 +32,7 @@ def create_request(
     request_id: str | None = None,
     pids: int | None = None,
     template: str | None = None,
+    model_endpoint: bool = False,
     tools: _values.Tools | None = None,
 ) -> sandbox_pb2.CreateSandboxRequest:
     return sandbox_pb2.CreateSandboxRequest(
@@ -47,6 +48,7 @@ def create_request(
         env=dict(env or {}),
         request_id=request_id or "",
         template=template or "",
+        model_endpoint=bool(model_endpoint),
         tool_layers=_values.tool_layers(tools),
     )
 

@@ -209,6 +209,7 @@ class FakeSandboxService:
             tenant=rec.tenant,
             template=rec.template,
             ttl_seconds=rec.ttl_seconds,
+            model_endpoint=rec.model_endpoint,
             tool_layers=list(rec.tool_layers),
         )
         if rec.usable:
@@ -253,6 +254,11 @@ class FakeSandboxService:
                 raise invalid(
                     f"{', '.join(given)}: set by the template {request.template[:80]!r}; "
                     "leave them unset when creating from a template"
+                )
+            if request.model_endpoint:
+                raise invalid(
+                    "model_endpoint: not available with a template (its warm members are made "
+                    "without one); create the sandbox without a template"
                 )
             template = world.templates.get(request.template)
             if template is None:
@@ -323,6 +329,7 @@ class FakeSandboxService:
                 root=world.new_root(sandbox_id),
                 tool_layers=tool_layers,
                 state=sandbox_pb2.CLAIMED if template else sandbox_pb2.READY,
+                model_endpoint=world.model_endpoint_base if request.model_endpoint else "",
             )
             seed_files(rec.root, world.images[image].files)
             world.sandboxes[sandbox_id] = rec

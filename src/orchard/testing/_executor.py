@@ -33,7 +33,7 @@ from ._sandboxes import SandboxRuntimes
 from ._scripts import ExecCall, Scripts
 from ._sessions import ScriptedSession, ShellSession
 from ._status import Refusal, invalid, not_found
-from ._world import SANDBOX_ID_RE, SandboxRecord, World
+from ._world import MODEL_ENDPOINT_ENV, SANDBOX_ID_RE, SandboxRecord, World
 
 DEFAULT_OUTPUT_BYTES = 16 << 20
 OUTPUT_CEILING_BYTES = 256 << 20
@@ -136,6 +136,8 @@ class FakeExecutorService(FakeProcessRpcs):
         """Host PATH, then the sandbox's env, the user's HOME/USER, then the request's env."""
         result = {"PATH": HOST_PATH, "HOME": str(rec.root), "ORCHARD_SANDBOX_ID": rec.id}
         result.update(rec.env)
+        if rec.model_endpoint:
+            result[MODEL_ENDPOINT_ENV] = rec.model_endpoint
         if user:
             name, home = lookup_user(rec.root, user)
             result["USER"] = result["LOGNAME"] = name

@@ -215,6 +215,15 @@ class FakeOrchard:
         with self.world.lock:
             self.world.ports[(self.sandbox(sandbox_id).id, port)] = address
 
+    def map_model_endpoint(self, base_url: str) -> None:
+        """What sandboxes created with ``model_endpoint=True`` from now on reach: their
+        commands (which run on this machine) get ``ORCHARD_MODEL_BASE=base_url`` and
+        ``SandboxInfo.model_endpoint`` says it, so a model proxy the test runs (its URL
+        without ``/s/...``) stands in for the node's. Unmapped, they get the real node's
+        ``http://127.0.0.1:7711``, where nothing listens on the host."""
+        with self.world.lock:
+            self.world.model_endpoint_base = base_url.rstrip("/")
+
     def reap(self, sandbox_id: str, why: str = "expired: its ttl passed") -> None:
         """Delete a sandbox as the server would on its own (TTL reaper, node loss):
         the client's next call on it gets SANDBOX_NOT_FOUND."""

@@ -56,6 +56,11 @@ class FakeTemplate:
     max: int = 8
 
 
+# As the real node gives it (services/scheduler/backends/base.py).
+MODEL_ENDPOINT_BASE = "http://127.0.0.1:7711"
+MODEL_ENDPOINT_ENV = "ORCHARD_MODEL_BASE"
+
+
 @dataclass
 class SandboxRecord:
     """One fake sandbox: what the control plane reports, and its host directory."""
@@ -76,6 +81,8 @@ class SandboxRecord:
     state: int = sandbox_pb2.READY
     state_reason: str = ""
     network_updates: list[common_pb2.NetworkPolicy] = field(default_factory=list)
+    model_endpoint: str = ""
+    """The model endpoint's base URL its commands get as ORCHARD_MODEL_BASE ("" = none)."""
     tool_layers: tuple[str, ...] = ()
 
     @property
@@ -120,6 +127,9 @@ class World:
         self.tokens: dict[str, tuple[str, float]] = {}
         # (sandbox id, port inside) -> the local address it leads to (FakeOrchard.map_port)
         self.ports: dict[tuple[str, int], tuple[str, int]] = {}
+        # What a model endpoint leads to (FakeOrchard.map_model_endpoint): commands run on
+        # the host, so the URL is given to them as it is.
+        self.model_endpoint_base = MODEL_ENDPOINT_BASE
         # The tools layers this fake node "has built" (FakeOrchard(tool_layers=...)).
         self.built_tool_layers: set[str] = set()
         self.closed = False

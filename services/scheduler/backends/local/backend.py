@@ -20,11 +20,12 @@ import asyncio
 import builtins
 import contextlib
 import errno
+import functools
 import os
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +39,9 @@ from orchard.common.tokens import derive_sandbox_key, encode_sandbox_keys
 from ..base import (
     CHECK_RUNTIME_CLASS,
     CLOSE,
+    MODEL_ENDPOINT,
+    MODEL_ENDPOINT_BASE,
+    MODEL_ENDPOINT_ENV,
     REPORT_FAILURES,
     UPDATE_ENV,
     UPDATE_NETWORK,
@@ -50,7 +54,17 @@ from ..base import (
     valid_sandbox_id,
 )
 from ..netpolicy.policy import NetworkPolicySpec
-from . import cgroups, init_socket, injected, oci_config, overlay, scratch, slots, userns
+from . import (
+    cgroups,
+    init_socket,
+    injected,
+    model_endpoint,
+    oci_config,
+    overlay,
+    scratch,
+    slots,
+    userns,
+)
 from .images import (
     ImageStore,
     StoredImage,
@@ -59,7 +73,8 @@ from .images import (
 )
 from .init_watch import InitWatch
 from .injected import InjectedRuntime, check_bundle
-from .network import SandboxNetworking
+from .model_endpoint import ModelEndpoints
+from .network import SandboxNetworking, tenant_key
 from .runc import ContainerState, Runc, kill_and_wait
 from .runsc import Runsc
 from .settings import (
@@ -90,7 +105,7 @@ class LocalBackend:
 
     name = "local"
     capabilities: frozenset[Capability[Any]] = frozenset(
-        {UPDATE_ENV, UPDATE_NETWORK, REPORT_FAILURES, CHECK_RUNTIME_CLASS, CLOSE}
+        {UPDATE_ENV, UPDATE_NETWORK, REPORT_FAILURES, CHECK_RUNTIME_CLASS, MODEL_ENDPOINT, CLOSE}
     )
 
     def __init__(self, settings: LocalSettings) -> None:
@@ -108,6 +123,8 @@ class LocalBackend:
         self._init_binary: Path | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.network = SandboxNetworking(settings.network, self.layout)
+        self.model_endpoints = ModelEndpoints(settings.model_endpoint, self.layout.run)
+        self._endpoints_adopted = False
         self._init_watch = InitWatch(self._container_state)
         for folder in (self.layout.sandboxes, settings.runc_root):
             folder.mkdir(parents=True, exist_ok=True)
@@ -150,6 +167,9 @@ class LocalBackend:
                 "once at boot, before this backend can attach one)",
                 reason="UNSUPPORTED",
             )
+        if spec.model_endpoint:
+            self.check_model_endpoint(spec.runtime_class)
+            spec = replace(spec, env={**spec.env, MODEL_ENDPOINT_ENV: MODEL_ENDPOINT_BASE})
         await self._in_thread(lambda: self._tool_mounts(spec))  # refuse before any work
         async with self._id_lock(spec.sandbox_id), self._slots.hold(slots.CREATE):
             image = await self._in_thread(lambda: self._image(spec.image))
@@ -161,6 +181,8 @@ class LocalBackend:
                 created = await asyncio.shield(future)
                 if spec.network.networked:
                     await self._network_or_undo(created, spec)
+                if spec.model_endpoint:
+                    await self._or_undo(spec.sandbox_id, self._open_model_endpoint(created))
                 return created
             except asyncio.CancelledError:
                 self._undo_after(future, spec.sandbox_id)
@@ -169,6 +191,7 @@ class LocalBackend:
     async def delete(self, sandbox_id: str) -> None:
         check_sandbox_id(sandbox_id)
         async with self._id_lock(sandbox_id), self._slots.hold(slots.TEARDOWN):
+            await self.model_endpoints.close(sandbox_id)
             await asyncio.shield(
                 asyncio.get_running_loop().run_in_executor(
                     self._pool, self._delete_sync, sandbox_id
@@ -198,20 +221,65 @@ class LocalBackend:
             await self.network.apply(self._in_thread, sandbox_id, current.init_pid, policy)
 
     async def _network_or_undo(self, created: BackendSandbox, spec: SandboxSpec) -> None:
+        await self._or_undo(
+            spec.sandbox_id,
+            self.network.apply(self._in_thread, spec.sandbox_id, created.init_pid, spec.network),
+        )
+
+    async def _or_undo(self, sandbox_id: str, step: Awaitable[None]) -> None:
+        """Run a set-up step of a created sandbox; if it fails, remove the sandbox."""
         try:
-            await self.network.apply(
-                self._in_thread, spec.sandbox_id, created.init_pid, spec.network
-            )
+            await step
         except BaseException as err:
             try:
-                await self._in_thread(lambda: self._delete_sync(spec.sandbox_id))
+                await self.model_endpoints.close(sandbox_id)
+                await self._in_thread(lambda: self._delete_sync(sandbox_id))
             except (BackendError, OSError) as cleanup_err:
-                err.add_note(f"cleanup after the failed network setup also failed: {cleanup_err}")
+                err.add_note(f"cleanup after the failed set-up also failed: {cleanup_err}")
             raise
+
+    def check_model_endpoint(self, runtime_class: str) -> None:
+        """Refuse (client fault) a model endpoint for a runtime class that cannot have one."""
+        self._bundle_for(runtime_class)  # an unknown class is refused as such first
+        if runtime_class == RUNTIME_RUNSC:
+            raise BackendError.invalid(
+                "model_endpoint: runtime class 'runsc' cannot have a model endpoint (gVisor's "
+                "network stack runs in its Sentry, so a listener the node makes in the "
+                "sandbox's namespace is not on the loopback its processes see); use 'runc' "
+                "or 'injected'",
+                reason="UNSUPPORTED",
+            )
+
+    async def _open_model_endpoint(self, created: BackendSandbox) -> None:
+        sandbox = self.layout.sandbox(created.sandbox_id)
+        tenant = await self._in_thread(lambda: tenant_key(self.layout, created.sandbox_id))
+        await self.model_endpoints.open(
+            created.sandbox_id, created.init_pid, sandbox.rootfs, tenant
+        )
+        await self._in_thread(lambda: model_endpoint.mark(sandbox.dir))
+
+    async def _adopt_model_endpoints(self, found: builtins.list[BackendSandbox]) -> None:
+        """After a restart: reopen the endpoint of every running sandbox that had one."""
+        if self._endpoints_adopted:
+            return
+        self._endpoints_adopted = True
+        for sandbox in found:
+            if not sandbox.running or self.model_endpoints.is_open(sandbox.sandbox_id):
+                continue
+            folder = self.layout.sandbox(sandbox.sandbox_id).dir
+            if not await self._in_thread(functools.partial(model_endpoint.marked, folder)):
+                continue
+            try:
+                await self._open_model_endpoint(sandbox)
+            except BackendError as err:
+                log.warning("model endpoint not reopened", sandbox_id=sandbox.sandbox_id,
+                            error=err.message)  # fmt: skip
 
     async def list(self) -> builtins.list[BackendSandbox]:
         await self.network.adopt(self._in_thread)
-        return await self._in_thread(self._list_sync)
+        found = await self._in_thread(self._list_sync)
+        await self._adopt_model_endpoints(found)
+        return found
 
     async def inspect(self, sandbox_id: str) -> BackendSandbox | None:
         check_sandbox_id(sandbox_id)
@@ -243,6 +311,7 @@ class LocalBackend:
         """
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        await self.model_endpoints.close_all()
         await self.network.close(self._in_thread)
         await self._in_thread(cgroups.remove_empty_groups)
         self._pool.shutdown(wait=True)

@@ -79,7 +79,7 @@ class SandboxNetworking:
         if proxy is None:
             return
         if attachment is not None and attachment.address is not None:
-            tenant = await in_thread(functools.partial(_tenant_key, self.layout, sandbox_id))
+            tenant = await in_thread(functools.partial(tenant_key, self.layout, sandbox_id))
             proxy.set_policy(attachment.address, policy, tenant)
         elif before is not None and before.address is not None:
             proxy.forget(before.address)
@@ -141,7 +141,7 @@ def _init_pid(layout: NodeLayout, sandbox_id: str) -> int:
         return 0
 
 
-def _tenant_key(layout: NodeLayout, sandbox_id: str) -> str:
+def tenant_key(layout: NodeLayout, sandbox_id: str) -> str:
     """The key the egress proxy's per-tenant caps count ``sandbox_id`` under: its tenant's
     cgroup group (``oci_config.tenant_group``, the folder above the sandbox's memory cgroup,
     shared by every sandbox of the tenant and kept in sandbox.json across restarts);

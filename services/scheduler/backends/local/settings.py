@@ -11,6 +11,7 @@ from orchard.common.layout import NodeLayout, orchard_home
 from ...tools import tools_dir_from_env
 from ..netpolicy.settings import NetworkSettings
 from . import userns as uid_ranges
+from .model_endpoint import ModelEndpointSettings
 
 DEFAULT_IMAGE = "debian:bookworm"
 RUNTIME_RUNC = "runc"
@@ -88,11 +89,14 @@ class LocalSettings:
     """The first host uid of the first sandbox range ($ORCHARD_USERNS_UID_BASE)."""
     userns_ranges: int = field(default_factory=uid_ranges.ranges_from_env)
     """How many ranges of 65536 ids (sandboxes at once) ($ORCHARD_USERNS_RANGES)."""
+    model_endpoint: ModelEndpointSettings = field(default_factory=ModelEndpointSettings.from_env)
+    """Where sandboxes' model endpoints relay to, and their caps (``model_endpoint.py``;
+    ``ORCHARD_MODEL_ENDPOINT_*``)."""
     executor_start_timeout: float = 30.0
+    """Injected mode: how long a create waits for the sandbox's executor to serve."""
     tools_dir: Path | None = None
     """Where tools layers are built (``orchard.scheduler.tools``); None: $ORCHARD_TOOLS_DIR,
     else ``<home>/tools``."""
-    """Injected mode: how long a create waits for the sandbox's executor to serve."""
 
     @classmethod
     def from_env(cls) -> LocalSettings:

@@ -43,13 +43,13 @@ from .destinations import Destinations, Refused, same_authority, split_authority
 from .guard import NodeGuard
 from .http_requests import RequestHead, body_length, copy_body, forwarded_head, parse_head
 from .policy import NetworkPolicySpec
+from .relay import Activity, pipe, relay
 from .settings import EgressLimits
 from .shares import Shares
 from .tls_hello import HelloError, read_client_hello
 
 log = structlog.get_logger("orchard.netpolicy.proxy")
 
-RELAY_CHUNK = 64 * 1024
 FD_HEADROOM = 512
 """fds the rest of the process (scheduler, gRPC, files) keeps beside the proxy's caps."""
 MAX_RESPONSE_HEAD_BYTES = 64 * 1024
@@ -262,7 +262,7 @@ class EgressProxy:
                 return
             upstream_w.write(hello)
             await upstream_w.drain()
-            await _relay(reader, writer, upstream_r, upstream_w, self.limits.idle_seconds)
+            await relay(reader, writer, upstream_r, upstream_w, self.limits.idle_seconds)
         finally:
             upstream_w.close()
 
@@ -294,7 +294,7 @@ class EgressProxy:
             response = await asyncio.wait_for(upstream_r.readuntil(b"\r\n\r\n"), idle)
             writer.write(response)
             # We asked for Connection: close, so the response ends where the server closes.
-            await _pipe(upstream_r, writer, _Activity(), idle, write_eof=False)
+            await pipe(upstream_r, writer, Activity(), idle, upward=False, write_eof=False)
             return _self_delimited(response, request.method)
         except asyncio.LimitOverrunError:
             raise Refused(502, "the response head is too large") from None
@@ -348,57 +348,6 @@ async def _refuse(writer: asyncio.StreamWriter, refused: Refused) -> None:
             + body
         )
         await writer.drain()
-
-
-@dataclass
-class _Activity:
-    """When a byte last moved either way: a tunnel is idle only when both directions are."""
-
-    last: float = field(default_factory=lambda: asyncio.get_running_loop().time())
-
-
-async def _pipe(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    activity: _Activity,
-    idle: float,
-    *,
-    write_eof: bool = True,
-) -> None:
-    """Copy until EOF, or until neither direction moved for ``idle`` seconds (TimeoutError)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        try:
-            data = await asyncio.wait_for(reader.read(RELAY_CHUNK), idle)
-        except TimeoutError:
-            if loop.time() - activity.last >= idle:
-                raise
-            continue
-        if not data:
-            break
-        activity.last = loop.time()
-        writer.write(data)
-        await asyncio.wait_for(writer.drain(), idle)
-    if write_eof and writer.can_write_eof():
-        writer.write_eof()
-
-
-async def _relay(
-    client_r: asyncio.StreamReader,
-    client_w: asyncio.StreamWriter,
-    upstream_r: asyncio.StreamReader,
-    upstream_w: asyncio.StreamWriter,
-    idle: float,
-) -> None:
-    """Both directions until both end, or until the tunnel is idle."""
-    activity = _Activity()
-    down = asyncio.ensure_future(_pipe(upstream_r, client_w, activity, idle))
-    try:
-        with contextlib.suppress(OSError):
-            await _pipe(client_r, upstream_w, activity, idle)
-        await down
-    finally:
-        down.cancel()
 
 
 class _DnsForwarder(asyncio.DatagramProtocol):

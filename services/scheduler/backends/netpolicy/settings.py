@@ -83,20 +83,27 @@ class EgressLimits:
 
     @classmethod
     def from_env(cls) -> EgressLimits:
-        values: dict[str, float] = {}
-        for name, key in _LIMIT_ENV.items():
-            text = os.environ.get(key)
-            if not text:
-                continue
-            kind = next(f.type for f in fields(cls) if f.name == name)
-            try:
-                value = int(text) if kind == "int" else float(text)
-            except ValueError:
-                raise ValueError(f"{key}={text!r} is not a number") from None
-            if value <= 0:
-                raise ValueError(f"{key}={text!r} must be above 0")
-            values[name] = value
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**positive_numbers_from_env(cls, _LIMIT_ENV))  # type: ignore[arg-type]
+
+
+def positive_numbers_from_env(cls: type, names: dict[str, str]) -> dict[str, float]:
+    """``{field: value}`` for each of ``names`` (field -> variable) set in the environment,
+    an int or a float as the dataclass ``cls`` declares it; ValueError naming the variable
+    for anything but a number above 0."""
+    values: dict[str, float] = {}
+    for name, key in names.items():
+        text = os.environ.get(key, "").strip()
+        if not text:
+            continue
+        kind = next(f.type for f in fields(cls) if f.name == name)
+        try:
+            value = int(text) if kind == "int" else float(text)
+        except ValueError:
+            raise ValueError(f"{key}={text!r} is not a number") from None
+        if value <= 0:
+            raise ValueError(f"{key}={text!r} must be above 0")
+        values[name] = value
+    return values
 
 
 _LIMIT_ENV = {

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 CODEX_HOME = f"{RUN_DIR}/codex"
 LAST_MESSAGE = f"{RUN_DIR}/codex-last-message.txt"
-KEY_ENV = "ORCHARD_CODEX_KEY"
+KEY_ENV = "CODEX_PROXY_KEY"
 
 
 def _toml(value: str) -> str:

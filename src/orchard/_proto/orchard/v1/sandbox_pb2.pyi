@@ -110,6 +110,7 @@ class CreateSandboxRequest(_message.Message):
     ENV_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     TEMPLATE_FIELD_NUMBER: _builtins.int
+    MODEL_ENDPOINT_FIELD_NUMBER: _builtins.int
     TOOL_LAYERS_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     """Image name as listed by ListImages; empty means the default image."""
@@ -124,6 +125,14 @@ class CreateSandboxRequest(_message.Message):
     template's warm pool, or created cold from it when the pool is empty.
     image, resources and network must then be unset (the template sets them);
     env, labels, ttl_seconds and request_id apply to the claim.
+    """
+    model_endpoint: _builtins.bool
+    """A model endpoint inside the sandbox: a listener on the sandbox's own loopback
+    (127.0.0.1:7711) whose connections the node relays to its recording model proxy
+    and nowhere else, whatever the network policy (`none` included). Commands get
+    ORCHARD_MODEL_BASE=http://127.0.0.1:7711; a harness calls
+    $ORCHARD_MODEL_BASE/s/<session credential>/v1/... (docs/model-endpoint.md).
+    Refused (INVALID_ARGUMENT, UNSUPPORTED) where the runtime cannot have one.
     """
     @_builtins.property
     def resources(self) -> _common_pb2.Resources: ...
@@ -154,11 +163,12 @@ class CreateSandboxRequest(_message.Message):
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         request_id: _builtins.str = ...,
         template: _builtins.str = ...,
+        model_endpoint: _builtins.bool = ...,
         tool_layers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "image", b"image", "labels", b"labels", "network", b"network", "request_id", b"request_id", "resources", b"resources", "template", b"template", "tool_layers", b"tool_layers", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "image", b"image", "labels", b"labels", "model_endpoint", b"model_endpoint", "network", b"network", "request_id", b"request_id", "resources", b"resources", "template", b"template", "tool_layers", b"tool_layers", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -260,6 +270,7 @@ class Sandbox(_message.Message):
     TEMPLATE_FIELD_NUMBER: _builtins.int
     FAULT_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    MODEL_ENDPOINT_FIELD_NUMBER: _builtins.int
     TOOL_LAYERS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     image: _builtins.str
@@ -277,6 +288,10 @@ class Sandbox(_message.Message):
     ttl_seconds: _builtins.int
     """Seconds one lease lasts: KeepAlive without ttl_seconds extends the expiry
     to now + this.
+    """
+    model_endpoint: _builtins.str
+    """The model endpoint's base URL as seen inside the sandbox
+    ("http://127.0.0.1:7711"), "" when it was created without one.
     """
     @_builtins.property
     def resources(self) -> _common_pb2.Resources: ...
@@ -316,11 +331,12 @@ class Sandbox(_message.Message):
         template: _builtins.str = ...,
         fault: _builtins.str = ...,
         ttl_seconds: _builtins.int = ...,
+        model_endpoint: _builtins.str = ...,
         tool_layers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "executor", b"executor", "expires_at", b"expires_at", "network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "env", b"env", "executor", b"executor", "expires_at", b"expires_at", "fault", b"fault", "id", b"id", "image", b"image", "labels", b"labels", "network", b"network", "resources", b"resources", "state", b"state", "state_reason", b"state_reason", "template", b"template", "tenant", b"tenant", "tool_layers", b"tool_layers", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "env", b"env", "executor", b"executor", "expires_at", b"expires_at", "fault", b"fault", "id", b"id", "image", b"image", "labels", b"labels", "model_endpoint", b"model_endpoint", "network", b"network", "resources", b"resources", "state", b"state", "state_reason", b"state_reason", "template", b"template", "tenant", b"tenant", "tool_layers", b"tool_layers", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
