@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchard import AsyncOrchard, AsyncSandbox, NetworkPolicy, OrchardError
+from orchard import AsyncOrchard, AsyncSandbox, NetworkPolicy, OrchardError, ToolsLayerNotBuiltError
 
 from ._repo import DiffError, base_commit, final_diff
 from ._types import Harness, HarnessRun, Limits, ModelEndpoint, RolloutResult, Status, Task
@@ -171,11 +171,6 @@ async def _create_sandbox(
     options: SandboxOptions,
 ) -> AsyncSandbox:
     tools = harness.needs_tools_layer if options.tools_layer is None else options.tools_layer
-    if tools:
-        # the tools layer is a sandbox option of its own (helper "tools"); until this runner
-        # knows how to ask for it, a harness that needs it cannot start: say so, never run it
-        # without its CLI
-        raise _Aborted("tools", f"harness {harness.name!r} needs the tools layer, not available")
     endpoint = (
         runs_in_sandbox(harness) if options.model_endpoint is None else options.model_endpoint
     )
@@ -199,14 +194,22 @@ async def _create_sandbox(
             timeout=options.create_timeout,
             wait_for_quota=options.wait_for_quota,
             model_endpoint=endpoint,
+            tools=tools,
         )
+    except ToolsLayerNotBuiltError as err:  # the node lacks the harness CLIs: say so by name
+        await _delete_leftovers(client, session)
+        raise _Aborted("tools", f"create: {_describe(err)}") from err
     except OrchardError as err:
-        # a create that failed can leave its sandbox behind (FAILED, kept until deleted):
-        # find it by this rollout's label and delete it too
-        with contextlib.suppress(OrchardError):
-            for left in await client.sandboxes.list({"orchard.rollouts/session": session.id}):
-                await client.sandboxes.delete(left.id)
+        await _delete_leftovers(client, session)
         raise _Aborted("sandbox", f"create: {_describe(err)}") from err
+
+
+async def _delete_leftovers(client: AsyncOrchard, session: ProxySession) -> None:
+    """A create that failed can leave its sandbox behind (FAILED, kept until deleted): find
+    it by this rollout's label and delete it too."""
+    with contextlib.suppress(OrchardError):
+        for left in await client.sandboxes.list({"orchard.rollouts/session": session.id}):
+            await client.sandboxes.delete(left.id)
 
 
 async def _prepare(
