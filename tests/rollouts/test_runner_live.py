@@ -6,6 +6,7 @@ rollouts at once all complete and leave no sandbox behind."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import replace
@@ -49,11 +50,24 @@ def _marked(task: Task, name: str) -> Task:
 
 
 async def _left(client: AsyncOrchard, result: RolloutResult) -> list[str]:
-    """Sandboxes of this rollout's session still there (there must be none)."""
+    """Sandboxes of this rollout's session still there (there must be none). A delete answers
+    once the record says DELETING (the teardown runs on), so those are waited for a while."""
     if result.session_id is None:
         return []
-    found = await client.sandboxes.list({"orchard.rollouts/session": result.session_id})
-    return [s.id for s in found]
+    return await _gone(client, {"orchard.rollouts/session": result.session_id}, set())
+
+
+async def _gone(client: AsyncOrchard, labels: dict[str, str] | None, before: set[str]) -> list[str]:
+    """The sandboxes (with ``labels``) beyond ``before`` that are still there after up to 60 s
+    of teardown: [] when every one was deleted."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = [s for s in await client.sandboxes.list(labels) if s.id not in before]
+        if not found or time.monotonic() > deadline:
+            return [f"{s.id} {s.state}" for s in found]
+        if any(s.state != "deleting" for s in found):
+            return [f"{s.id} {s.state}" for s in found]  # not even being deleted: a leak
+        await asyncio.sleep(0.5)
 
 
 def _assert_fixed(result: RolloutResult, policy: CalcPolicy, name: str) -> None:
@@ -179,7 +193,7 @@ def test_sixteen_rollouts_at_once_all_complete_and_leave_nothing(
             _assert_fixed(result, policy, name)
         assert sorted(done) == list(range(16))
         assert len({r.session_id for r in results}) == 16
-        assert {s.id for s in await client.sandboxes.list()} == before
+        assert await _gone(client, None, before) == []
         phases = {
             name: round(sorted(r.detail["phases"][name] for r in results)[8], 3)
             for name in results[0].detail["phases"]
@@ -224,7 +238,7 @@ def test_the_diff_carries_untracked_binary_and_non_utf8_files_and_replays(
     edit = (
         "printf 'changed\\n' > a.txt && rm gone.txt && printf 'staged\\n' > s.txt && git add s.txt"
         " && printf 'new text\\n' > new.txt && mkdir -p deep/er && printf 'x' > deep/er/y.txt"
-        " && head -c 256 /dev/urandom > blob.bin && printf 'caf\\351\\n' > latin1.txt"
+        " && head -c 256 /dev/urandom > blob.bin && printf '\\000' >> blob.bin && printf 'caf\\351\\n' > latin1.txt"
         " && printf 'junk\\n' > ignored.log"
     )  # fmt: skip
     setup = (
