@@ -117,7 +117,7 @@ class CliHarness:
         """``<cli> --version`` in the sandbox; a HarnessRun(ABORTED) when it does not start."""
         try:
             probe = await sandbox.exec(
-                [self.executable, "--version"], timeout=120, env=self.base_env()
+                [self.executable, *self.version_args], timeout=120, env=self.base_env()
             )
         except Exception as err:  # the SDK's own errors: the CLI is not there at all
             return self._aborted(f"{self.name}: could not start {self.executable}: {err}")
