@@ -4,7 +4,9 @@ Wire format: **Responses** only (Codex has no Chat client). Configuration goes i
 ``$CODEX_HOME/config.toml`` under the run folder: one model provider, ``orchard``, whose
 ``base_url`` is the session's ``openai_base_url_in_sandbox`` (the credential is in the
 path; the key Codex insists on is a placeholder), retries off so a failing endpoint shows
-as a failure instead of minutes of retries, update checks and analytics off. Codex's own
+as a failure instead of minutes of retries, update checks and analytics off, and only
+function tools offered (web search, sub-agents and goals off: a Chat upstream has no such
+tools). Codex's own
 OS sandbox is off (``--dangerously-bypass-approvals-and-sandbox``): the Orchard sandbox is
 the boundary, and Codex's landlock/seccomp sandbox needs privileges a container lacks.
 
@@ -48,6 +50,13 @@ class Codex(CliHarness):
                 'approval_policy = "never"',
                 'sandbox_mode = "danger-full-access"',
                 "check_for_update_on_startup = false",
+                # Only function tools: web search and the sub-agent namespace are tool
+                # types a Chat upstream cannot carry (the proxy refuses them by name).
+                'web_search = "disabled"',
+                "",
+                "[features]",
+                "multi_agent = false",
+                "goals = false",
                 "",
                 "[model_providers.orchard]",
                 'name = "orchard"',
