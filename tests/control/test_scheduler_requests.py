@@ -245,3 +245,13 @@ def test_ttl_reaper_deletes_expired_sandboxes(
         time.sleep(0.1)
     assert state == sandbox_pb2.DELETED
     assert sb.id not in fake_backend.sandboxes
+
+
+def test_a_model_endpoint_is_refused_where_the_backend_has_none(plane: ControlPlane) -> None:
+    """A backend without the MODEL_ENDPOINT capability (this stand-in, Kubernetes) refuses it
+    before anything is created, naming the field; without the option nothing changes."""
+    err = _error(plane, sandbox_pb2.CreateSandboxRequest(model_endpoint=True))
+    assert code(err) == grpc.StatusCode.INVALID_ARGUMENT
+    assert "model_endpoint" in details(err) and "cannot give a sandbox" in details(err)
+    sb = plane.stub.CreateSandbox(sandbox_pb2.CreateSandboxRequest(), metadata=plane.auth())
+    assert sb.model_endpoint == ""

@@ -128,13 +128,18 @@ def node(
     try:
         yield made
     finally:
-        try:
-            for sandbox in loop.run_until_complete(backend.list()):
-                loop.run_until_complete(backend.delete(sandbox.sandbox_id))
-            loop.run_until_complete(backend.close())
-        finally:
-            loop.close()
-            force_cleanup_home(home)
+        close_node(loop, backend, home)
+
+
+def close_node(loop: asyncio.AbstractEventLoop, backend: LocalBackend, home: Path) -> None:
+    """Delete every sandbox of ``backend``, close it and its loop, and clear ``home``."""
+    try:
+        for sandbox in loop.run_until_complete(backend.list()):
+            loop.run_until_complete(backend.delete(sandbox.sandbox_id))
+        loop.run_until_complete(backend.close())
+    finally:
+        loop.close()
+        force_cleanup_home(home)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from orchard.scheduler.backends.base import (
     REPORT_FAILURES,
     UPDATE_ENV,
     UPDATE_NETWORK,
+    BackendError,
     Capability,
     check_capabilities,
     supports,
@@ -91,3 +92,13 @@ def test_the_real_backends_declare_what_they_implement(tmp_path: Path) -> None:
         CLOSE,
     }
     assert kube.capabilities == {POOL_STATE, UPDATE_NETWORK, REPORT_FAILURES, CLOSE}
+
+
+def test_the_local_backend_refuses_a_model_endpoint_under_runsc(tmp_path: Path) -> None:
+    """gVisor's netstack is in its Sentry: a listener made in the host namespace the sandbox
+    runs in would not be on the loopback its processes see (local/model_endpoint.py)."""
+    local = LocalBackend(LocalSettings(home=tmp_path, sandbox_disk_bytes=0))
+    with pytest.raises(BackendError, match="'runsc' cannot have a model endpoint") as refused:
+        local.check_model_endpoint("runsc")
+    assert refused.value.client_fault
+    local.check_model_endpoint("runc")  # and the node executor's sandboxes can

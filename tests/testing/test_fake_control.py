@@ -195,3 +195,20 @@ def test_tenant_view_reports_usage_and_no_quota(fake: FakeOrchard, client: Orcha
             return (await aclient.tenant()).sandboxes
 
     assert asyncio.run(main()) == 2
+
+
+def test_the_model_endpoint_is_recorded_and_reaches_what_the_test_maps(
+    fake: FakeOrchard, client: Orchard
+) -> None:
+    with client.sandboxes.create(model_endpoint=True) as sb:
+        assert sb.info().model_endpoint == "http://127.0.0.1:7711"  # the real node's URL
+        assert sb.exec("echo $ORCHARD_MODEL_BASE").stdout_text.strip() == "http://127.0.0.1:7711"
+    fake.map_model_endpoint("http://127.0.0.1:50090/")
+    with client.sandboxes.create(model_endpoint=True) as sb:
+        assert sb.info().model_endpoint == "http://127.0.0.1:50090"
+        assert sb.exec("echo $ORCHARD_MODEL_BASE").stdout_text.strip() == "http://127.0.0.1:50090"
+    with client.sandboxes.create() as sb:
+        assert sb.info().model_endpoint == ""
+        assert sb.exec("echo ${ORCHARD_MODEL_BASE-unset}").stdout_text.strip() == "unset"
+    with pytest.raises(InvalidRequestError, match="model_endpoint: not available with a template"):
+        client.sandboxes.create(template="py-small", model_endpoint=True)

@@ -240,7 +240,6 @@ class LocalBackend:
 
     def check_model_endpoint(self, runtime_class: str) -> None:
         """Refuse (client fault) a model endpoint for a runtime class that cannot have one."""
-        self._bundle_for(runtime_class)  # an unknown class is refused as such first
         if runtime_class == RUNTIME_RUNSC:
             raise BackendError.invalid(
                 "model_endpoint: runtime class 'runsc' cannot have a model endpoint (gVisor's "
@@ -249,6 +248,7 @@ class LocalBackend:
                 "or 'injected'",
                 reason="UNSUPPORTED",
             )
+        self._bundle_for(runtime_class)  # an unknown or unusable class is refused as such
 
     async def _open_model_endpoint(self, created: BackendSandbox) -> None:
         sandbox = self.layout.sandbox(created.sandbox_id)
