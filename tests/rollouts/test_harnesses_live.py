@@ -5,7 +5,8 @@ calc_divide fix. The repository ends fixed (the hidden tests pass in the sandbox
 the gold patch, and every recorded sample is token-exact against what the server produced.
 
 Needs the tools layer (``make tools-layer``). Which tools each harness defines was read from
-its own request bodies (the scripted server keeps them): mini-swe-agent's ``bash``
+its own request bodies (the scripted server keeps them): Codex's ``exec_command``
+(``{"cmd"}``, over Responses), mini-swe-agent's ``bash``
 (``{"command"}``, and it submits with ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``),
 OpenClaw's ``exec`` (``{"command"}``).
 """
@@ -21,7 +22,7 @@ import pytest
 
 from orchard import AsyncOrchard
 from orchard.rollouts import Limits, ModelProxyClient, SandboxOptions, Status, run_rollout
-from orchard.rollouts.harnesses import MiniSweAgent, OpenClaw
+from orchard.rollouts.harnesses import Codex, MiniSweAgent, OpenClaw
 from tests.stack import REQUIRES_STACK, TOOLS_DIR
 
 from .calc_policy import CalcPolicy, finish_with_text
@@ -47,9 +48,9 @@ pytestmark = [
 LIMITS = Limits(max_steps=10, max_seconds=300, command_timeout=60)
 
 
-def _call(name: str, **extra: Any) -> Callable[[str, str], dict[str, Any]]:
+def _call(name: str, field: str = "command") -> Callable[[str, str], dict[str, Any]]:
     def make(call_id: str, command: str) -> dict[str, Any]:
-        return {"id": call_id, "name": name, "arguments": json.dumps({"command": command, **extra})}
+        return {"id": call_id, "name": name, "arguments": json.dumps({field: command})}
 
     return make
 
@@ -72,6 +73,7 @@ class Case:
 
 
 CASES = {
+    "codex": Case(Codex, _call("exec_command", "cmd"), api="responses"),
     "mini-swe-agent": Case(MiniSweAgent, _call("bash"), _mini_submit),
     "openclaw": Case(OpenClaw, _call("exec")),
 }
