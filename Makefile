@@ -104,6 +104,17 @@ executor-bundle: init-binary
 image: venv
 	$(PY) -m orchard.scheduler.backends.local.images build-default --images-dir $(ORCHARD_IMAGES_DIR)
 
+# The tools layer: the agent harness CLIs (Codex, Claude Code, OpenClaw, mini-swe-agent,
+# aider) and their Node.js from npm and PyPI, pinned in orchard.scheduler.tools.layers,
+# mounted read-only into sandboxes created with tools=True (docs/tools-layer.md). Cached
+# by a hash of the pins under $(ORCHARD_TOOLS_DIR) (~1.2 GB, minutes once).
+ORCHARD_TOOLS_DIR ?= $(ORCHARD_HOME)/tools
+export ORCHARD_TOOLS_DIR
+.PHONY: tools-layer
+test: tools-layer
+tools-layer: venv
+	$(PY) -m orchard.scheduler.tools build --tools-dir $(ORCHARD_TOOLS_DIR)
+
 lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 IMAGES_DIR = Path(os.environ.get("ORCHARD_IMAGES_DIR") or "/var/lib/orchard/images")
+# The tools layers (`make tools-layer`), shared like the images.
+TOOLS_DIR = Path(os.environ.get("ORCHARD_TOOLS_DIR") or "/var/lib/orchard/tools")
 ORCHARD = [sys.executable, "-m", "orchard.cli"]
 
 REQUIRES_STACK = [
@@ -48,7 +50,12 @@ class Stack:
         env = {
             k: v for k, v in os.environ.items() if k not in ("ORCHARD_ENDPOINT", "ORCHARD_API_KEY")
         }
-        return {**env, "ORCHARD_HOME": str(self.home), "ORCHARD_IMAGES_DIR": str(IMAGES_DIR)}
+        return {
+            **env,
+            "ORCHARD_HOME": str(self.home),
+            "ORCHARD_IMAGES_DIR": str(IMAGES_DIR),
+            "ORCHARD_TOOLS_DIR": str(TOOLS_DIR),
+        }
 
     def cli(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -92,6 +99,7 @@ def running_stack(
         **os.environ,
         "ORCHARD_HOME": str(home),
         "ORCHARD_IMAGES_DIR": str(IMAGES_DIR),
+        "ORCHARD_TOOLS_DIR": str(TOOLS_DIR),
         **(extra_env or {}),
     }
     process = subprocess.Popen(

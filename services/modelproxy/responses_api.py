@@ -16,7 +16,8 @@ Refused with 400 naming the field: tools of any other type (``web_search``, ``fi
 item types other than the above, ``input_file`` parts, encrypted reasoning content, and any
 unknown field. Dropped and listed in the record's ``not_carried``: ``store``, ``include``,
 ``prompt_cache_key``, ``service_tier``, ``safety_identifier``, ``user``, ``metadata``,
-``truncation``, ``text`` (verbosity/format hints), ``reasoning.summary``.
+``truncation``, ``text`` (verbosity/format hints), ``reasoning.summary``, ``client_metadata``
+(Codex's installation and session ids).
 
 The answer: reasoning -> a ``reasoning`` item (summary text), text -> a ``message`` item with
 one ``output_text`` part, tool calls -> ``function_call`` items; streamed as the Responses
@@ -36,7 +37,7 @@ from .stream_blocks import BlockStream
 _FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
            "max_output_tokens", "temperature", "top_p", "stream", "reasoning"}  # fmt: skip
 _HINTS = {"store", "include", "prompt_cache_key", "service_tier", "safety_identifier", "user",
-          "metadata", "truncation", "text", "stream_options"}  # fmt: skip
+          "metadata", "truncation", "text", "stream_options", "client_metadata"}  # fmt: skip
 
 
 def _id(prefix: str) -> str:

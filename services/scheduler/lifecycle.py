@@ -38,6 +38,7 @@ from .backends.base import (
     CLAIMED_ELSEWHERE,
     POOL_STATE,
     REPORT_FAILURES,
+    TOOLS_LAYER_NOT_BUILT,
     UPDATE_ENV,
     Backend,
     BackendError,
@@ -119,6 +120,7 @@ class SandboxLifecycle:
             labels=req.labels,
             env=req.env,
             model_endpoint=req.model_endpoint,
+            tool_layers=req.tool_layers,
         )
         if req.network.networked:
             self.network_policies.save(rec.id, req.network)
@@ -262,6 +264,7 @@ class SandboxLifecycle:
             runtime_class=rec.runtime_class,
             tenant=rec.tenant,
             model_endpoint=rec.model_endpoint,
+            tool_layers=rec.tool_layers,
         )
         try:
             with span("backend.create", sandbox_id=rec.id, backend=self.backend.name):
@@ -444,6 +447,10 @@ def failed_create_error(rec: SandboxRecord) -> ServiceError:
     message = f"sandbox {rec.id} failed: {rec.state_reason}"
     if says_disk_full(rec.state_reason):
         return disk_full_error(message)
+    if rec.error_reason == TOOLS_LAYER_NOT_BUILT:
+        return ServiceError(
+            grpc.StatusCode.FAILED_PRECONDITION, TOOLS_LAYER_NOT_BUILT, message, "infrastructure"
+        )
     if rec.fault == "client":
         if rec.error_reason == "IMAGE_NOT_FOUND":
             return ServiceError(grpc.StatusCode.NOT_FOUND, "IMAGE_NOT_FOUND", message)

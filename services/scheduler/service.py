@@ -103,6 +103,7 @@ def to_proto(
         fault=rec.fault,
         ttl_seconds=rec.ttl_seconds,
         model_endpoint=MODEL_ENDPOINT_BASE if rec.model_endpoint else "",
+        tool_layers=list(rec.tool_layers),
     )
 
 

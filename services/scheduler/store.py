@@ -71,6 +71,8 @@ class SandboxRecord:
     runtime_class: str = ""
     # Created with a model endpoint inside (CreateSandboxRequest.model_endpoint).
     model_endpoint: bool = False
+    # The tools layers mounted into it (``tools.layers``), in the order asked.
+    tool_layers: tuple[str, ...] = ()
 
     @property
     def in_pool(self) -> bool:
@@ -126,13 +128,17 @@ _MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sandboxes ADD COLUMN model_endpoint INTEGER NOT NULL DEFAULT 0;
     """,
+    # 4 -> 5: tools layers (a JSON list of names)
+    """
+    ALTER TABLE sandboxes ADD COLUMN tool_layers TEXT NOT NULL DEFAULT '[]';
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
     "id, tenant, request_id, image, cpu_millis, memory_bytes, pids, network_mode, ttl_seconds,"
     " labels, env, state, state_reason, fault, error_reason, created_at, expires_at,"
-    " template, claimed_at, executor_address, runtime_class, model_endpoint"
+    " template, claimed_at, executor_address, runtime_class, model_endpoint, tool_layers"
 )
 
 
@@ -194,6 +200,7 @@ class SandboxStore:
             executor_address,
             runtime_class,
             model_endpoint,
+            tool_layers,
         ) = row
         return SandboxRecord(
             id=str(sid),
@@ -218,18 +225,20 @@ class SandboxStore:
             executor_address=str(executor_address),
             runtime_class=str(runtime_class),
             model_endpoint=bool(model_endpoint),
+            tool_layers=tuple(str(n) for n in json.loads(str(tool_layers))),
         )
 
     def insert(self, rec: SandboxRecord) -> None:
         try:
             self._db.execute(
-                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO sandboxes ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     rec.id, rec.tenant, rec.request_id, rec.image, rec.cpu_millis, rec.memory_bytes,
                     rec.pids, rec.network_mode, rec.ttl_seconds, json.dumps(rec.labels), json.dumps(rec.env),
                     int(rec.state), rec.state_reason, rec.fault, rec.error_reason, rec.created_at, rec.expires_at,
                     rec.template, rec.claimed_at, rec.executor_address, rec.runtime_class,
                     int(rec.model_endpoint),
+                    json.dumps(list(rec.tool_layers)),
                 ),
             )  # fmt: skip
         except sqlite3.IntegrityError as exc:

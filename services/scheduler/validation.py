@@ -17,6 +17,7 @@ from orchard.common.layout import IMAGE_NAME_RE
 from .backends.netpolicy.policy import NetworkPolicySpec
 from .network_policies import mode_number, policy_from_proto
 from .settings import CreateLimits
+from .tools import ToolsLayerError, check_names
 
 # Label keys: like Kubernetes label names (an optional dns-ish prefix and a name).
 LABEL_KEY_RE = re.compile(
@@ -43,6 +44,7 @@ class ValidatedCreate:
     network_mode: int = _Mode.NONE
     network: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
     model_endpoint: bool = False
+    tool_layers: tuple[str, ...] = ()
 
 
 def _bounded(name: str, value: int, default: int, low: int, high: int, unit: str) -> int:
@@ -151,6 +153,10 @@ def validate_create(
             f"request_id: up to {limits.max_request_id_chars} printable ASCII characters without spaces"
         )
     network = validate_network(request.network)
+    try:
+        tool_layers = check_names(tuple(request.tool_layers))
+    except ToolsLayerError as err:
+        raise invalid(err.message) from None
     return ValidatedCreate(
         image=image,
         cpu_millis=cpu,
@@ -163,6 +169,7 @@ def validate_create(
         network_mode=mode_number(network),
         network=network,
         model_endpoint=request.model_endpoint,
+        tool_layers=tool_layers,
     )
 
 
@@ -176,6 +183,7 @@ def validate_template_request(request: sandbox_pb2.CreateSandboxRequest) -> None
             ("image", bool(request.image)),
             ("resources", bool(res.cpu_millis or res.memory_bytes or res.pids)),
             ("network", bool(net.mode or net.cidrs or net.ports or net.domains)),
+            ("tool_layers", bool(request.tool_layers)),
         )
         if present
     ]

@@ -46,6 +46,10 @@ def _text(message: dict[str, Any]) -> str:
     return str(content)
 
 
+def finish_with_text(call_id: str) -> dict[str, Any]:
+    return {"content": DONE}
+
+
 @dataclass
 class CalcPolicy:
     """The policy callable, and a log of (body, entry) per call it answered, by rollout: the
@@ -53,6 +57,8 @@ class CalcPolicy:
     in their own context, so it is searched for in every user message)."""
 
     tool_call: ToolCall = bash_call
+    finish: Callable[[str], dict[str, Any]] = finish_with_text
+    """The last step: a plain answer for most harnesses; mini-swe-agent submits by a command."""
     answered: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -66,6 +72,8 @@ class CalcPolicy:
         return entry
 
     def decide(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if not any(m.get("role") == "user" and MARKER.search(_text(m)) for m in messages):
+            return {"content": "ok"}  # a harness's side call (a title, a summary): not the task
         outputs = [_text(m) for m in messages if m.get("role") == "tool"]
         step = len(outputs)
         if step == 0:
@@ -82,5 +90,7 @@ class CalcPolicy:
         if step == 2 and "edited" in last:
             return {"content": "Now check it.", "tool_calls": [self.tool_call("call_3", CHECK)]}
         if step == 3 and "3.0" in last and "passed" in last:
-            return {"content": DONE}
+            return self.finish("call_4")
+        if step == 4 and self.finish is not finish_with_text:
+            return {"content": DONE}  # a harness that goes on after its submit command
         return {"status": 500, "content": f"policy: unexpected step {step} after {last[-300:]!r}"}

@@ -9,6 +9,7 @@ the agent's change. ``__pycache__`` is excluded (pytest writes it; it is not the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,43 @@ def assert_token_exact(
         logprob_of(t) if m else 0.0 for t, m in zip(expected, mask, strict=True)
     ]
     assert sample["prompt_length"] == len(prompt_ids(answered[0][0]["messages"]))
+
+
+def assert_samples_token_exact(
+    result: RolloutResult,
+    calls: list[dict[str, Any]],
+    answered: list[tuple[dict[str, Any], dict[str, Any]]],
+) -> None:
+    """The general check, for harnesses that may branch (rewrite history, side calls): every
+    recorded call is matched to the upstream body it sent and the entry the server answered
+    with, and every sample's tokens are its leaf call's prompt + completion as the server
+    tokenised them, its loss mask 1 exactly on its branch's completions, its logprobs the
+    server's there."""
+    entries = {json.dumps(b["messages"], sort_keys=True): e for b, e in answered}
+    by_call: dict[int, tuple[list[int], list[int]]] = {}
+    for call in calls:
+        if call["status"] != 200:
+            continue
+        messages = call["upstream_request"]["messages"]
+        entry = entries[json.dumps(messages, sort_keys=True)]
+        by_call[call["index"]] = (prompt_ids(messages), tokens(completion_text(entry)))
+        assert call["prompt_token_ids"] == by_call[call["index"]][0]
+        assert call["completion_token_ids"] == by_call[call["index"]][1]
+    assert result.samples, "no samples"
+    covered: set[int] = set()
+    for sample in result.samples:
+        assert sample["token_exact"] is True, sample.get("not_token_exact")
+        prompt, completion = by_call[sample["calls"][-1]]
+        expected = prompt + completion
+        assert sample["tokens"] == expected
+        mask = [0] * len(expected)
+        for index in sample["calls"]:
+            p, c = by_call[index]
+            assert expected[len(p) : len(p) + len(c)] == c, index
+            mask[len(p) : len(p) + len(c)] = [1] * len(c)
+            covered.add(index)
+        assert sample["loss_mask"] == mask
+        assert sample["logprobs"] == [
+            logprob_of(t) if m else 0.0 for t, m in zip(expected, mask, strict=True)
+        ]
+    assert covered == set(by_call)  # every answered call is in some sample

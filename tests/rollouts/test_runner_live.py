@@ -6,6 +6,7 @@ rollouts at once all complete and leave no sandbox behind."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import replace
@@ -37,6 +38,7 @@ from .calc_task import (
 )
 from .conftest import RolloutStack
 from .driver_harness import DriverBashHarness, RaisingHarness
+from .sandbox_agent import InSandboxAgent
 
 pytestmark = REQUIRES_STACK
 
@@ -48,11 +50,24 @@ def _marked(task: Task, name: str) -> Task:
 
 
 async def _left(client: AsyncOrchard, result: RolloutResult) -> list[str]:
-    """Sandboxes of this rollout's session still there (there must be none)."""
+    """Sandboxes of this rollout's session still there (there must be none). A delete answers
+    once the record says DELETING (the teardown runs on), so those are waited for a while."""
     if result.session_id is None:
         return []
-    found = await client.sandboxes.list({"orchard.rollouts/session": result.session_id})
-    return [s.id for s in found]
+    return await _gone(client, {"orchard.rollouts/session": result.session_id}, set())
+
+
+async def _gone(client: AsyncOrchard, labels: dict[str, str] | None, before: set[str]) -> list[str]:
+    """The sandboxes (with ``labels``) beyond ``before`` that are still there after up to 60 s
+    of teardown: [] when every one was deleted."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = [s for s in await client.sandboxes.list(labels) if s.id not in before]
+        if not found or time.monotonic() > deadline:
+            return [f"{s.id} {s.state}" for s in found]
+        if any(s.state != "deleting" for s in found):
+            return [f"{s.id} {s.state}" for s in found]  # not even being deleted: a leak
+        await asyncio.sleep(0.5)
 
 
 def _assert_fixed(result: RolloutResult, policy: CalcPolicy, name: str) -> None:
@@ -178,9 +193,14 @@ def test_sixteen_rollouts_at_once_all_complete_and_leave_nothing(
             _assert_fixed(result, policy, name)
         assert sorted(done) == list(range(16))
         assert len({r.session_id for r in results}) == 16
-        assert {s.id for s in await client.sandboxes.list()} == before
+        assert await _gone(client, None, before) == []
+        phases = {
+            name: round(sorted(r.detail["phases"][name] for r in results)[8], 3)
+            for name in results[0].detail["phases"]
+        }
         return {"rollouts": 16, "concurrency": 8, "seconds": round(seconds, 2),
-                "median_rollout_seconds": sorted(r.seconds for r in results)[8]}  # fmt: skip
+                "median_rollout_seconds": round(sorted(r.seconds for r in results)[8], 3),
+                "median_phase_seconds": phases}  # fmt: skip
 
     print(json.dumps({"rollouts_at_once": rollout_stack.run(body)}))
 
@@ -218,7 +238,7 @@ def test_the_diff_carries_untracked_binary_and_non_utf8_files_and_replays(
     edit = (
         "printf 'changed\\n' > a.txt && rm gone.txt && printf 'staged\\n' > s.txt && git add s.txt"
         " && printf 'new text\\n' > new.txt && mkdir -p deep/er && printf 'x' > deep/er/y.txt"
-        " && head -c 256 /dev/urandom > blob.bin && printf 'caf\\351\\n' > latin1.txt"
+        " && head -c 256 /dev/urandom > blob.bin && printf '\\000' >> blob.bin && printf 'caf\\351\\n' > latin1.txt"
         " && printf 'junk\\n' > ignored.log"
     )  # fmt: skip
     setup = (
@@ -264,5 +284,38 @@ def test_the_diff_carries_untracked_binary_and_non_utf8_files_and_replays(
             # a workdir that is no repository has no base: the runner reports no diff
             await box.make_dir("/plain")
             assert await base_commit(box, "/plain", 60) is None
+
+    rollout_stack.run(body)
+
+
+def test_an_in_sandbox_agent_reaches_the_model_only_through_the_endpoint(
+    rollout_stack: RolloutStack,
+) -> None:
+    """A harness that runs inside the sandbox (network none): the runner gives the sandbox its
+    model endpoint and the harness the in-sandbox URLs; the repository ends fixed, the samples
+    are token-exact. The sandbox reaches nothing else (the host's proxy URL is refused)."""
+    policy = CalcPolicy()
+    rollout_stack.upstream.use(policy)
+
+    async def grade(sandbox: AsyncSandbox, task: Task, run: HarnessRun) -> float:
+        host_url = rollout_stack.proxy_url + "/v1/sessions"
+        probe = await sandbox.exec(
+            [
+                "python3",
+                "-c",
+                f"import urllib.request; urllib.request.urlopen({host_url!r}, timeout=5)",
+            ]
+        )
+        assert probe.exit_code != 0  # the host's own proxy address: unreachable from inside
+        return await grade_hidden_tests(sandbox, task, run)
+
+    async def body(client: AsyncOrchard, proxy: ModelProxyClient) -> None:
+        result = await run_rollout(
+            client, InSandboxAgent(), _marked(calc_task(), "in-sandbox"), proxy=proxy,
+            model="scripted", limits=LIMITS, grade=grade,
+        )  # fmt: skip
+        _assert_fixed(result, policy, "in-sandbox")
+        calls = await proxy.calls(result.session_id or "")
+        assert len(calls) == 4 and all(c["api"] == "chat" for c in calls)
 
     rollout_stack.run(body)

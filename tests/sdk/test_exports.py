@@ -24,6 +24,8 @@ EXPECTED = {
     "FileEntry", "PathExistsError", "PathIsADirectoryError", "PathNotADirectoryError",
     # Background processes and terminals (client/_processes.py).
     "Process", "AsyncProcess", "ProcessInfo", "ProcessEvent", "OutputDropped", "ProcessError",
+    # create(tools=...) on a node without the tools layer (docs/tools-layer.md).
+    "ToolsLayerNotBuiltError",
 }  # fmt: skip
 
 

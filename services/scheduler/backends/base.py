@@ -60,6 +60,9 @@ MODEL_ENDPOINT_ENV = "ORCHARD_MODEL_BASE"
 # replica claimed the same warm-pool member first (it is theirs, not broken).
 CLAIMED_ELSEWHERE = "CLAIMED_ELSEWHERE"
 
+# BackendError.reason of a create that asked for a tools layer the node has not built.
+TOOLS_LAYER_NOT_BUILT = "TOOLS_LAYER_NOT_BUILT"
+
 
 @dataclass(frozen=True)
 class SandboxSpec:
@@ -92,6 +95,10 @@ class SandboxSpec:
     model_endpoint: bool = False
     """Give the sandbox a model endpoint (``MODEL_ENDPOINT_BASE`` inside, relayed to the
     node's model proxy); only asked of a backend with the MODEL_ENDPOINT capability."""
+    tool_layers: tuple[str, ...] = ()
+    """Tools layers to mount read-only (``orchard.scheduler.tools``), names already
+    checked; a backend that cannot mount one raises BackendError TOOLS_LAYER_NOT_BUILT
+    (not built on the node) or UNSUPPORTED."""
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from ._errors import (
     SandboxNotReadyError,
     ServiceUnavailableError,
     SessionError,
+    ToolsLayerNotBuiltError,
 )
 from ._files import FileEntry
 from ._models import (
@@ -143,6 +144,7 @@ __all__ = [
     "Session",
     "SessionError",
     "TenantInfo",
+    "ToolsLayerNotBuiltError",
     "Transport",
     "close_default_clients",
 ]

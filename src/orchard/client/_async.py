@@ -77,13 +77,14 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
         files: Mapping[str, _requests.FileData] | None = None,
         wait_for_quota: float = 0.0,
         model_endpoint: bool = False,
+        tools: _values.Tools | None = None,
     ) -> AsyncSandbox:
         """See :meth:`Sandbox.create` (same arguments and units)."""
         from ._default import default_async_client
 
         return await default_async_client(endpoint, api_key).sandboxes.create(
             image, cpu, memory, network, ttl, labels, env, request_id, pids, timeout, template,
-            files, wait_for_quota, model_endpoint,
+            files, wait_for_quota, model_endpoint, tools,
         )  # fmt: skip
 
     @classmethod

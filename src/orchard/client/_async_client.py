@@ -200,6 +200,7 @@ class AsyncSandboxes:
         files: Mapping[str, _requests.FileData] | None = None,
         wait_for_quota: float = 0.0,
         model_endpoint: bool = False,
+        tools: _values.Tools | None = None,
     ) -> AsyncSandbox:
         """Create a sandbox and wait until it is READY.
 
@@ -222,10 +223,16 @@ class AsyncSandboxes:
         the node's recording model proxy at ``$ORCHARD_MODEL_BASE``
         (``http://127.0.0.1:7711``, also :attr:`SandboxInfo.model_endpoint`), whatever
         the network policy, and nothing else of the node (docs/model-endpoint.md).
+
+        ``tools=True`` mounts the tools layer (the agent harness CLIs: ``codex``,
+        ``claude``, ``openclaw``, ``mini``, ``aider`` and ``node`` in
+        ``/opt/orchard/tools/bin``) read-only; a list names layers. A node that has not
+        built the layer refuses with :class:`ToolsLayerNotBuiltError` naming the build
+        command (``make tools-layer``), never a sandbox without it.
         """
         request = _requests.create_request(
             image, cpu, memory, network, ttl, labels, env, request_id, pids, template,
-            model_endpoint,
+            model_endpoint, tools,
         )  # fmt: skip
         client = self._client
         quota_wait = QuotaWait(wait_for_quota)

@@ -196,6 +196,11 @@ class ServiceUnavailableError(InfrastructureError):
     """The endpoint could not be reached or is shutting down."""
 
 
+class ToolsLayerNotBuiltError(InfrastructureError):
+    """``create(tools=...)`` asked for a tools layer the node has not built (the message
+    names the build command, ``make tools-layer``)."""
+
+
 _BY_REASON: dict[str, type[OrchardError]] = {
     "SANDBOX_NOT_FOUND": SandboxNotFoundError,
     "SANDBOX_NOT_READY": SandboxNotReadyError,
@@ -220,6 +225,7 @@ _BY_REASON: dict[str, type[OrchardError]] = {
     "USER_NOT_FOUND": CommandStartError,
     "SANDBOX_RESOURCE_LIMIT": SandboxLimitError,
     "PORT_NOT_LISTENING": PortNotListeningError,
+    "TOOLS_LAYER_NOT_BUILT": ToolsLayerNotBuiltError,
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[OrchardError]] = {

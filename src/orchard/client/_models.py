@@ -126,6 +126,8 @@ class SandboxInfo:
     token_expires_at: dt.datetime | None = None
     """When the data-plane token the answer carried expires (the token itself is not kept
     here: it is a credential, and the SDK refreshes it by itself)."""
+    tool_layers: tuple[str, ...] = ()
+    """The tools layers mounted into it (``create(tools=...)``)."""
 
 
 _STATES: dict[int, SandboxState] = {
@@ -177,6 +179,7 @@ def sandbox_info(msg: sandbox_pb2.Sandbox) -> SandboxInfo:
         model_endpoint=msg.model_endpoint,
         executor_tls=msg.executor.tls,
         token_expires_at=_expiry(msg.executor.token_expires_at),
+        tool_layers=tuple(msg.tool_layers),
     )
 
 

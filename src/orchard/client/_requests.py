@@ -33,6 +33,7 @@ def create_request(
     pids: int | None = None,
     template: str | None = None,
     model_endpoint: bool = False,
+    tools: _values.Tools | None = None,
 ) -> sandbox_pb2.CreateSandboxRequest:
     return sandbox_pb2.CreateSandboxRequest(
         image=image or "",
@@ -48,6 +49,7 @@ def create_request(
         request_id=request_id or "",
         template=template or "",
         model_endpoint=bool(model_endpoint),
+        tool_layers=_values.tool_layers(tools),
     )
 
 

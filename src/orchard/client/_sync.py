@@ -72,13 +72,14 @@ class Sandbox(SandboxProcesses, SandboxCore):
         files: Mapping[str, _requests.FileData] | None = None,
         wait_for_quota: float = 0.0,
         model_endpoint: bool = False,
+        tools: _values.Tools | None = None,
     ) -> Sandbox:
         """``default_client(endpoint, api_key).sandboxes.create(...)``: see :meth:`Sandboxes.create`."""
         from ._default import default_client
 
         return default_client(endpoint, api_key).sandboxes.create(
             image, cpu, memory, network, ttl, labels, env, request_id, pids, timeout, template,
-            files, wait_for_quota, model_endpoint,
+            files, wait_for_quota, model_endpoint, tools,
         )  # fmt: skip
 
     @classmethod

@@ -5,6 +5,8 @@
   or decimal (``"500M"``, ``"1G"``) suffix.
 - ``ttl``: seconds (number) or a ``datetime.timedelta``.
 - ``network``: ``"none"`` (default), ``"internet"``, or ``"allowlist"``.
+- ``tools``: ``True`` (the harness CLIs, layer ``"harnesses"`` at ``/opt/orchard/tools``),
+  ``False``/``None`` (none), or a list of tools layer names.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Sequence
 
 from orchard._proto.orchard.v1 import common_pb2
 
@@ -27,6 +30,10 @@ _MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECAS
 Cpu = float | int | str
 Memory = int | str
 Ttl = float | int | dt.timedelta
+Tools = bool | Sequence[str]
+
+DEFAULT_TOOL_LAYERS = ("harnesses",)
+"""What ``tools=True`` mounts: the agent harness CLIs and their Node.js (docs/tools-layer.md)."""
 
 
 def cpu_millis(cpu: Cpu | None) -> int:
@@ -79,6 +86,18 @@ def ttl_seconds(ttl: Ttl | None) -> int:
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidRequestError(f"ttl: must be a positive number of seconds (got {ttl!r})")
     return max(1, math.ceil(seconds))
+
+
+def tool_layers(tools: Tools | None) -> list[str]:
+    if tools is None or tools is False:
+        return []
+    if tools is True:
+        return list(DEFAULT_TOOL_LAYERS)
+    if isinstance(tools, str) or not all(isinstance(name, str) for name in tools):
+        raise InvalidRequestError(
+            f"tools: True, False or a list of tools layer names (got {tools!r})"
+        )
+    return list(tools)
 
 
 def network_policy(network: str | NetworkPolicy | None) -> common_pb2.NetworkPolicy:

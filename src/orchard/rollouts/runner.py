@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchard import AsyncOrchard, AsyncSandbox, NetworkPolicy, OrchardError
+from orchard import AsyncOrchard, AsyncSandbox, NetworkPolicy, OrchardError, ToolsLayerNotBuiltError
 
 from ._repo import DiffError, base_commit, final_diff
 from ._types import Harness, HarnessRun, Limits, ModelEndpoint, RolloutResult, Status, Task
@@ -63,11 +63,14 @@ class SandboxOptions:
     ``image`` overrides ``task.image`` (None and None: the server's default image).
     ``network`` is ``"none"`` by default: a harness reaches the model only through its
     session's endpoint. ``tools_layer``: mount the harness CLIs (None: when the harness says
-    ``needs_tools_layer``). ``proxy_url_in_sandbox``: the proxy's origin
-    (``scheme://host:port``) as a process inside the sandbox reaches it; the session's URLs
-    are given to the harness with that origin as ``*_in_sandbox`` (None: the host's URLs,
-    right for a harness whose loop runs in the driver's process). ``ttl`` is a safety net:
-    the server deletes a sandbox the runner could not.
+    ``needs_tools_layer``). ``model_endpoint``: give the sandbox its model endpoint (a
+    listener on its own loopback the node relays to the proxy, ``docs/model-endpoint.md``;
+    None: when the harness runs inside the sandbox, :func:`runs_in_sandbox`); the session's
+    URLs are then given to the harness with that endpoint's origin as ``*_in_sandbox``.
+    ``proxy_url_in_sandbox`` overrides that origin (``scheme://host:port``: a deployment
+    where sandboxes reach the proxy some other way). Without either, ``*_in_sandbox`` are
+    the host's URLs, right for a harness whose loop runs in the driver's process. ``ttl`` is
+    a safety net: the server deletes a sandbox the runner could not.
     """
 
     image: str | None = None
@@ -79,6 +82,7 @@ class SandboxOptions:
     labels: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     tools_layer: bool | None = None
+    model_endpoint: bool | None = None
     proxy_url_in_sandbox: str | None = None
     create_timeout: float = 180.0
     wait_for_quota: float = 0.0
@@ -131,6 +135,13 @@ class _Clock:
         return round(time.monotonic() - self.start, 4)
 
 
+def runs_in_sandbox(harness: Harness) -> bool:
+    """Whether the harness's agent runs inside the sandbox (so it needs the model endpoint):
+    its ``runs_in_sandbox`` attribute when it has one, else ``needs_tools_layer`` (a harness
+    CLI of the tools layer runs in the sandbox; a loop in the driver's process needs neither)."""
+    return bool(getattr(harness, "runs_in_sandbox", harness.needs_tools_layer))
+
+
 def _label(value: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in value)[:200]
 
@@ -164,11 +175,9 @@ async def _create_sandbox(
     options: SandboxOptions,
 ) -> AsyncSandbox:
     tools = harness.needs_tools_layer if options.tools_layer is None else options.tools_layer
-    if tools:
-        # the tools layer is a sandbox option of its own (helper "tools"); until this runner
-        # knows how to ask for it, a harness that needs it cannot start: say so, never run it
-        # without its CLI
-        raise _Aborted("tools", f"harness {harness.name!r} needs the tools layer, not available")
+    endpoint = (
+        runs_in_sandbox(harness) if options.model_endpoint is None else options.model_endpoint
+    )
     labels = {
         "orchard.rollouts/session": session.id,
         "orchard.rollouts/task": _label(task.id),
@@ -198,14 +207,23 @@ async def _create_sandbox(
             pids=options.pids,
             timeout=options.create_timeout,
             wait_for_quota=options.wait_for_quota,
+            model_endpoint=endpoint,
+            tools=tools,
         )
+    except ToolsLayerNotBuiltError as err:  # the node lacks the harness CLIs: say so by name
+        await _delete_leftovers(client, session)
+        raise _Aborted("tools", f"create: {_describe(err)}") from err
     except OrchardError as err:
-        # a create that failed can leave its sandbox behind (FAILED, kept until deleted):
-        # find it by this rollout's label and delete it too
-        with contextlib.suppress(OrchardError):
-            for left in await client.sandboxes.list({"orchard.rollouts/session": session.id}):
-                await client.sandboxes.delete(left.id)
+        await _delete_leftovers(client, session)
         raise _Aborted("sandbox", f"create: {_describe(err)}") from err
+
+
+async def _delete_leftovers(client: AsyncOrchard, session: ProxySession) -> None:
+    """A create that failed can leave its sandbox behind (FAILED, kept until deleted): find
+    it by this rollout's label and delete it too."""
+    with contextlib.suppress(OrchardError):
+        for left in await client.sandboxes.list({"orchard.rollouts/session": session.id}):
+            await client.sandboxes.delete(left.id)
 
 
 async def _prepare(
@@ -389,7 +407,14 @@ async def _sandbox_phases(
     try:
         base = await _prepare(box, task, runner, clock)
         detail["base_commit"] = base
-        endpoint = endpoint_for(session, model, options.proxy_url_in_sandbox)
+        origin = options.proxy_url_in_sandbox
+        if origin is None and box.last_info.model_endpoint:
+            origin = box.last_info.model_endpoint
+        elif origin is None and (
+            options.model_endpoint or (options.model_endpoint is None and runs_in_sandbox(harness))
+        ):
+            raise _Aborted("sandbox", "created without the model endpoint it was asked for")
+        endpoint = endpoint_for(session, model, origin)
         with clock.phase("harness"):
             run = await _run_harness(harness, box, task, endpoint, limits, runner, detail)
         result.status, result.steps = run.status, run.steps

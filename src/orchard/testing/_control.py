@@ -23,6 +23,7 @@ from functools import wraps
 from importlib.metadata import version as _package_version
 from typing import Any, TypeVar
 
+import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from orchard._proto.orchard.v1 import (
@@ -151,6 +152,30 @@ def check_network(policy: common_pb2.NetworkPolicy) -> common_pb2.NetworkPolicy:
     return checked
 
 
+KNOWN_TOOL_LAYERS = ("harnesses",)
+"""The tools layer names the real scheduler knows (``orchard.scheduler.tools.layers``)."""
+
+
+def check_tool_layers(world: World, names: list[str]) -> tuple[str, ...]:
+    """``tool_layers`` checked as the real scheduler and local backend check them."""
+    for i, name in enumerate(names):
+        if name not in KNOWN_TOOL_LAYERS:
+            raise invalid(
+                f"tool_layers: unknown tools layer {name[:40]!r} "
+                f"(known: {', '.join(KNOWN_TOOL_LAYERS)})"
+            )
+        if name in names[:i]:
+            raise invalid(f"tool_layers: {name} given twice")
+        if name not in world.built_tool_layers:
+            raise Refusal(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "TOOLS_LAYER_NOT_BUILT",
+                f"tools layer {name!r} is not built on this node: run `make tools-layer`",
+                "infrastructure",
+            )
+    return tuple(names)
+
+
 def remove_sandbox(world: World, runtimes: SandboxRuntimes, rec: SandboxRecord, why: str) -> None:
     """Mark ``rec`` DELETED, kill what runs in it and remove its directory (twice is a no-op)."""
     with world.lock:
@@ -185,6 +210,7 @@ class FakeSandboxService:
             template=rec.template,
             ttl_seconds=rec.ttl_seconds,
             model_endpoint=rec.model_endpoint,
+            tool_layers=list(rec.tool_layers),
         )
         if rec.usable:
             msg.executor.CopyFrom(self._access(rec))
@@ -222,6 +248,8 @@ class FakeSandboxService:
                 )
                 if present
             ]
+            if request.tool_layers:
+                given.append("tool_layers")
             if given:
                 raise invalid(
                     f"{', '.join(given)}: set by the template {request.template[:80]!r}; "
@@ -265,6 +293,7 @@ class FakeSandboxService:
             raise invalid("request_id: up to 128 printable ASCII characters without spaces")
         labels = check_labels(dict(request.labels))
         env = check_env(dict(request.env))
+        tool_layers = check_tool_layers(world, list(request.tool_layers))
         image = image or world.default_image()
         if image not in world.images:
             raise not_found(
@@ -298,6 +327,7 @@ class FakeSandboxService:
                 template=request.template,
                 request_id=request.request_id,
                 root=world.new_root(sandbox_id),
+                tool_layers=tool_layers,
                 state=sandbox_pb2.CLAIMED if template else sandbox_pb2.READY,
                 model_endpoint=world.model_endpoint_base if request.model_endpoint else "",
             )

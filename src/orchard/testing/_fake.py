@@ -102,7 +102,10 @@ class FakeOrchard:
     ``run_commands=False`` runs nothing on the host: every command must be
     scripted with :meth:`on_exec`. ``base_dir`` is where the sandboxes'
     directories go (default: the system's temp dir). See the package docstring
-    for what is and is not isolated.
+    for what is and is not isolated. ``tool_layers``: the tools layers this fake node
+    "has built" (``create(tools=...)`` asking for another is refused with
+    FAILED_PRECONDITION, as a real node refuses; nothing is mounted: commands run on
+    the host).
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class FakeOrchard:
         base_dir: str | Path | None = None,
         endpoint: str = GATEWAY_ADDRESS,
         executor_endpoint: str = EXECUTOR_ADDRESS,
+        tool_layers: Iterable[str] = (),
     ) -> None:
         keys = {t: list(k) for t, k in (tenants or {DEFAULT_TENANT: [DEFAULT_API_KEY]}).items()}
         image_list = [FakeImage(i) if isinstance(i, str) else i for i in images]
@@ -128,6 +132,7 @@ class FakeOrchard:
             executor_endpoint,
             Path(base_dir) if base_dir is not None else None,
         )
+        self.world.built_tool_layers = set(tool_layers)
         self.scripts = Scripts()
         self.runtimes = SandboxRuntimes()
         self.router = Router()

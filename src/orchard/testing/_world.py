@@ -83,6 +83,7 @@ class SandboxRecord:
     network_updates: list[common_pb2.NetworkPolicy] = field(default_factory=list)
     model_endpoint: str = ""
     """The model endpoint's base URL its commands get as ORCHARD_MODEL_BASE ("" = none)."""
+    tool_layers: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
@@ -129,6 +130,8 @@ class World:
         # What a model endpoint leads to (FakeOrchard.map_model_endpoint): commands run on
         # the host, so the URL is given to them as it is.
         self.model_endpoint_base = MODEL_ENDPOINT_BASE
+        # The tools layers this fake node "has built" (FakeOrchard(tool_layers=...)).
+        self.built_tool_layers: set[str] = set()
         self.closed = False
 
     @property

@@ -157,6 +157,15 @@ class KubernetesBackend:
                 f"{spec.network.mode!r}",
                 reason="UNSUPPORTED",
             )
+        if spec.tool_layers:
+            # A hostPath volume would need the layer built on every node the pod may land
+            # on, and an image volume a registry to hold it: neither exists yet
+            # (docs/tools-layer.md). Refused, never a pod silently without the tools.
+            raise BackendError.invalid(
+                f"tools layers ({', '.join(spec.tool_layers)}) are not supported by the "
+                "kubernetes backend yet: use the local backend (make tools-layer)",
+                reason="UNSUPPORTED",
+            )
         api, cache = await self._ready()
         tpl = self.pod_template(template, spec)
         # Compiled before anything exists: a refused allowlist creates nothing.

@@ -84,6 +84,7 @@ from .settings import (
     RUNTIME_RUNSC,
     LocalSettings,
 )
+from .tools_mount import tool_layer_mount
 
 T = TypeVar("T")
 
@@ -171,6 +172,7 @@ class LocalBackend:
         if spec.model_endpoint:
             self.check_model_endpoint(spec.runtime_class)
             spec = replace(spec, env={**spec.env, MODEL_ENDPOINT_ENV: MODEL_ENDPOINT_BASE})
+        await self._in_thread(lambda: self._tool_mounts(spec))  # refuse before any work
         async with self._id_lock(spec.sandbox_id), self._slots.hold(slots.CREATE):
             image = await self._in_thread(lambda: self._image(spec.image))
             init_binary = await self._in_thread(self._resolve_init_binary)
@@ -371,6 +373,10 @@ class LocalBackend:
         self._image_cache[wanted] = (mtime, image)
         return image
 
+    def _tool_mounts(self, spec: SandboxSpec) -> builtins.list[dict[str, Any]]:
+        """Read-only bind mounts of the tools layers ``spec`` asks for (built on this node)."""
+        return [tool_layer_mount(self.settings.tools_store_dir, name) for name in spec.tool_layers]
+
     def _resolve_init_binary(self) -> Path:
         if self._init_binary is not None:
             return self._init_binary
@@ -481,6 +487,7 @@ class LocalBackend:
             userns=None if ns is None else (ns[0].path, ns[1].mapping),
         )
         config["mounts"].append(self.network.resolv_conf_mount(sandbox.dir))
+        config["mounts"].extend(self._tool_mounts(spec))
         if ns is not None:
             userns.reroute(config, sandbox.dir, init_binary)
         oci_config.write_config(sandbox.dir, config)

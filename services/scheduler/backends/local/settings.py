@@ -8,6 +8,7 @@ from pathlib import Path
 
 from orchard.common.layout import NodeLayout, orchard_home
 
+from ...tools import tools_dir_from_env
 from ..netpolicy.settings import NetworkSettings
 from . import userns as uid_ranges
 from .model_endpoint import ModelEndpointSettings
@@ -97,6 +98,9 @@ class LocalSettings:
     ``ORCHARD_MODEL_ENDPOINT_*``)."""
     executor_start_timeout: float = 30.0
     """Injected mode: how long a create waits for the sandbox's executor to serve."""
+    tools_dir: Path | None = None
+    """Where tools layers are built (``orchard.scheduler.tools``); None: $ORCHARD_TOOLS_DIR,
+    else ``<home>/tools``."""
 
     @classmethod
     def from_env(cls) -> LocalSettings:
@@ -117,6 +121,10 @@ class LocalSettings:
     @property
     def image_store_dir(self) -> Path:
         return self.images_dir if self.images_dir is not None else self.layout.images
+
+    @property
+    def tools_store_dir(self) -> Path:
+        return self.tools_dir if self.tools_dir is not None else tools_dir_from_env(self.home)
 
     @property
     def runc_root(self) -> Path:

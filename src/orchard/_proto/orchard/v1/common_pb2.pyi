@@ -60,6 +60,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The process cannot take this now: it has exited, has no stdin, has no
     terminal (resize) or has one (close_stdin).
     """
+    TOOLS_LAYER_NOT_BUILT: _ErrorReason.ValueType  # 25
+    """The sandbox asked for a tools layer this node has not built (make tools-layer)."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed, beyond its gRPC status code. Servers send the name of the
@@ -102,6 +104,8 @@ PROCESS_STATE: ErrorReason.ValueType  # 24
 """The process cannot take this now: it has exited, has no stdin, has no
 terminal (resize) or has one (close_stdin).
 """
+TOOLS_LAYER_NOT_BUILT: ErrorReason.ValueType  # 25
+"""The sandbox asked for a tools layer this node has not built (make tools-layer)."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 @_typing.final

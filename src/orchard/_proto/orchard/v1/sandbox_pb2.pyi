@@ -111,6 +111,7 @@ class CreateSandboxRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     TEMPLATE_FIELD_NUMBER: _builtins.int
     MODEL_ENDPOINT_FIELD_NUMBER: _builtins.int
+    TOOL_LAYERS_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     """Image name as listed by ListImages; empty means the default image."""
     ttl_seconds: _builtins.int
@@ -143,6 +144,14 @@ class CreateSandboxRequest(_message.Message):
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Environment given to every command run in the sandbox."""
 
+    @_builtins.property
+    def tool_layers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tools layers to mount read-only into the sandbox (names the node builds with
+        `make tools-layer`; "harnesses" = the agent harness CLIs and their Node.js, at
+        /opt/orchard/tools). Empty: no layer. An unknown name is INVALID_ARGUMENT; a
+        layer the node has not built is FAILED_PRECONDITION (TOOLS_LAYER_NOT_BUILT).
+        """
+
     def __init__(
         self,
         *,
@@ -155,10 +164,11 @@ class CreateSandboxRequest(_message.Message):
         request_id: _builtins.str = ...,
         template: _builtins.str = ...,
         model_endpoint: _builtins.bool = ...,
+        tool_layers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "image", b"image", "labels", b"labels", "model_endpoint", b"model_endpoint", "network", b"network", "request_id", b"request_id", "resources", b"resources", "template", b"template", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "image", b"image", "labels", b"labels", "model_endpoint", b"model_endpoint", "network", b"network", "request_id", b"request_id", "resources", b"resources", "template", b"template", "tool_layers", b"tool_layers", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -261,6 +271,7 @@ class Sandbox(_message.Message):
     FAULT_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
     MODEL_ENDPOINT_FIELD_NUMBER: _builtins.int
+    TOOL_LAYERS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     image: _builtins.str
     state: Global___SandboxState.ValueType
@@ -298,6 +309,10 @@ class Sandbox(_message.Message):
     def executor(self) -> Global___ExecutorAccess:
         """Set on CreateSandbox and GetSandbox answers for a READY sandbox."""
 
+    @_builtins.property
+    def tool_layers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The tools layers mounted into it (CreateSandboxRequest.tool_layers)."""
+
     def __init__(
         self,
         *,
@@ -317,10 +332,11 @@ class Sandbox(_message.Message):
         fault: _builtins.str = ...,
         ttl_seconds: _builtins.int = ...,
         model_endpoint: _builtins.str = ...,
+        tool_layers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "executor", b"executor", "expires_at", b"expires_at", "network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "env", b"env", "executor", b"executor", "expires_at", b"expires_at", "fault", b"fault", "id", b"id", "image", b"image", "labels", b"labels", "model_endpoint", b"model_endpoint", "network", b"network", "resources", b"resources", "state", b"state", "state_reason", b"state_reason", "template", b"template", "tenant", b"tenant", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "env", b"env", "executor", b"executor", "expires_at", b"expires_at", "fault", b"fault", "id", b"id", "image", b"image", "labels", b"labels", "model_endpoint", b"model_endpoint", "network", b"network", "resources", b"resources", "state", b"state", "state_reason", b"state_reason", "template", b"template", "tenant", b"tenant", "tool_layers", b"tool_layers", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
