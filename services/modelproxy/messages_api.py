@@ -13,7 +13,8 @@ Refused with 400 naming the field (cannot be carried): ``redacted_thinking`` blo
 server tools (a tool with a ``type`` such as ``web_search_*``), the ``thinking`` setting,
 ``container``, ``mcp_servers``, and any unknown block or field. Dropped and listed in the
 record's ``not_carried`` (hints with no effect on what the model is asked): ``cache_control``,
-``service_tier``.
+``service_tier``, ``output_config`` (Claude Code's effort hint), ``context_management``
+(server-side context editing: the upstream gets the whole context as sent).
 
 The answer: text -> a ``text`` block, reasoning -> a ``thinking`` block (no signature: none is
 made up), tool calls -> ``tool_use`` blocks (arguments that are not a JSON object are a 502:
@@ -32,7 +33,7 @@ from .stream_blocks import BlockStream
 
 _FIELDS = {"model", "messages", "system", "max_tokens", "temperature", "top_p", "top_k",
            "stop_sequences", "stream", "tools", "tool_choice", "metadata"}  # fmt: skip
-_HINTS = {"cache_control", "service_tier"}
+_HINTS = {"cache_control", "service_tier", "output_config", "context_management"}
 _STOP = {
     "stop": "end_turn",
     "tool_calls": "tool_use",

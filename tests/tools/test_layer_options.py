@@ -121,3 +121,33 @@ def test_the_fake_refuses_an_unbuilt_layer_and_reports_a_built_one() -> None:
             assert sb.info().tool_layers == ("harnesses",)
         with client.sandboxes.create() as plain:
             assert plain.info().tool_layers == ()
+
+
+def test_a_failed_build_step_names_the_step_and_the_package(tmp_path: Path) -> None:
+    import os
+
+    from orchard.scheduler.tools.build import ToolsBuildError, _run
+
+    env = dict(os.environ)
+    with pytest.raises(
+        ToolsBuildError, match=r"step 'npm install' for openclaw@1\.2 failed \(exit 3\)"
+    ):
+        _run(
+            "npm install",
+            "openclaw@1.2",
+            ["sh", "-c", "echo no such version >&2; exit 3"],
+            env,
+            tmp_path,
+        )
+    with pytest.raises(ToolsBuildError, match="no such version"):
+        _run(
+            "npm install",
+            "openclaw@1.2",
+            ["sh", "-c", "echo no such version >&2; exit 3"],
+            env,
+            tmp_path,
+        )
+    with pytest.raises(
+        ToolsBuildError, match=r"step 'pip install' for aider-chat==0\.1: .* not found"
+    ):
+        _run("pip install", "aider-chat==0.1", ["/nonexistent/pip"], env, tmp_path)

@@ -38,6 +38,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# Bytes on disk, each hard-linked inode once (npm links Claude Code's binary twice).
+from ..backends.local.images import tree_size
 from .layers import LAYER_META, MOUNT_PATH, LayerSpec, NpmPin, PypiPin
 
 STAGING_PREFIX = ".staging-"
@@ -235,22 +237,6 @@ def _make_read_only(root: Path) -> None:
     os.chmod(root, 0o755)
 
 
-def _tree_size(root: Path) -> int:
-    """Bytes on disk, each hard-linked inode once (npm links Claude Code's binary twice)."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_size
-    return total
-
-
 @contextlib.contextmanager
 def _locked(tools_dir: Path) -> Iterator[None]:
     tools_dir.mkdir(parents=True, exist_ok=True)
@@ -341,7 +327,7 @@ def build_layer(
                 "built_at": time.time(),
             }
             _make_read_only(staging)
-            meta["size_bytes"] = _tree_size(staging)
+            meta["size_bytes"] = tree_size(staging)
             (staging / LAYER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             os.chmod(staging / LAYER_META, 0o444)
             if folder.exists():  # --force: keep the old one aside (sandboxes may mount it)

@@ -4,7 +4,8 @@ Wire format: Anthropic **Messages** (``ANTHROPIC_BASE_URL`` = the session's
 ``anthropic_base_url_in_sandbox``; the key is a placeholder, the credential is in the
 path). Every model role (main, small/fast, haiku) is the session's model, so no call asks
 for a model the proxy does not serve. Non-essential traffic, telemetry, error reporting
-and the auto-updater are off; ``--bare`` skips hooks, plugins, keychain reads and
+and the auto-updater are off, extended thinking is off (a Chat upstream cannot carry
+it); ``--bare`` skips hooks, plugins, keychain reads and
 background prefetches. Permission prompts are bypassed (``IS_SANDBOX=1`` lets root do
 that): the Orchard sandbox is the boundary.
 
@@ -49,6 +50,10 @@ class ClaudeCode(CliHarness):
             "DISABLE_AUTOUPDATER": "1",
             "CLAUDE_CODE_MAX_RETRIES": "0",
             "IS_SANDBOX": "1",
+            # Extended thinking is a Messages setting a Chat upstream cannot carry.
+            "CLAUDE_CODE_DISABLE_THINKING": "1",
+            "CLAUDE_CODE_DISABLE_ADAPTIVE_THINKING": "1",
+            "MAX_THINKING_TOKENS": "0",
         }
 
     def argv(self, task: Task, model: ModelEndpoint, limits: Limits) -> list[str]:
