@@ -8,13 +8,21 @@ stand-ins with the same methods, to check what the runner records and tells the 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 from orchard.recipes.swe.agent import BashAgent
 from orchard.recipes.swe.cli import harness_of
-from orchard.recipes.swe.instances import load_tasks
-from orchard.recipes.swe.runner import SweOptions, SweRollout, _grade
+from orchard.recipes.swe.runner import (
+    NotGradableError,
+    SweOptions,
+    SweRollout,
+    _grade,
+    instance_of,
+    rollout_tasks,
+)
+from orchard.recipes.swe.tasks import load_tasks
 
 import orchard
 from orchard.rollouts import ProxyError, RolloutResult, Status
@@ -62,10 +70,22 @@ class Proxy:
         return [{"session_id": session_id, "reward": self.finished[-1][1]}]
 
 
+SAMPLES = Path(__file__).parents[3] / "recipes" / "swe" / "samples" / "instances.jsonl"
+
+
+def test_a_loaded_task_carries_the_row_its_grader_is_given() -> None:
+    (swe,) = load_tasks(SAMPLES, "orchard")
+    (task,) = rollout_tasks([swe])
+    assert instance_of(task) == swe.grading_instance()
+    assert task.image == swe.image and "git init" in task.setup[0]
+    with pytest.raises(NotGradableError, match="no instance row"):
+        instance_of(swe.rollout_task())
+
+
 def grade(
     answer: Any, diff: str = "diff --git a/x b/x", refuse: bool = False
 ) -> tuple[SweRollout, Client, Proxy]:
-    (task,) = load_tasks()
+    (task,) = rollout_tasks(load_tasks(SAMPLES, "orchard"))
     result = RolloutResult(task.id, "bash", Status.COMPLETED, 3, diff, [], [], "ses_1",
                            submission="said so")  # fmt: skip
     rollout = SweRollout(0, 0, result)
