@@ -151,7 +151,8 @@ def test_one_command_runs_the_recipe_end_to_end(tmp_path: Path) -> None:
         rewards_addr = (home / "run" / "rewards.addr").read_text().strip()
         # the rewards are the real grader's: grade each distinct change again, directly
         distinct = {(r["task_id"], r["diff"] or ""): r for r in rollouts}
-        with orchard.Rewards(rewards_addr, key) as rewards, ThreadPoolExecutor(4) as pool:
+        rewards = orchard.Rewards(rewards_addr, key)
+        with ThreadPoolExecutor(4) as pool:
             regraded = dict(zip(distinct, pool.map(
                 lambda k: rewards.grade(tasks[k[0]].grading_instance(), k[1]), distinct
             ), strict=True))  # fmt: skip
