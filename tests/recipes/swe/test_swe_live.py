@@ -237,5 +237,6 @@ def test_one_command_runs_the_recipe_end_to_end(tmp_path: Path) -> None:
     assert report["oracle"] == pytest.approx(2 / 3) and report["aborted"] == 0
     assert report["best_of_n"]["value"] in (pytest.approx(1 / 3), pytest.approx(2 / 3))
     text = (out / "eval.txt").read_text()
+    print(text, json.dumps(run["outputs"]["bar_groups.jsonl"]), f"{run['seconds']:.1f} s")
     assert "pass@2" in text and f"{100 * report['pass@1']:.1f}" in text
     assert left == [], left
