@@ -123,11 +123,13 @@ def _write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
 
 def read_tasks(args: argparse.Namespace) -> list[SweTask]:
     """Every ``--tasks`` file through the loaders (ids unique across files), ``--only`` applied."""
-    files = [Path(f) for f in args.tasks] if args.tasks else default_task_files()
+    if args.tasks:
+        files = [(Path(f), args.format) for f in args.tasks]
+    else:
+        files = [(f, "orchard") for f in default_task_files()]
     tasks: list[SweTask] = []
     seen: dict[str, Path] = {}
-    for path in files:
-        fmt = "orchard" if path == SAMPLES else args.format
+    for path, fmt in files:
         try:
             loaded = load_tasks(path, fmt, test_cmd=args.test_cmd or None)
         except (TaskRowError, OSError) as err:

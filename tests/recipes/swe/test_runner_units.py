@@ -135,3 +135,40 @@ def test_the_harness_option() -> None:
                 "orchard.recipes.swe.agent:truncate"):  # fmt: skip
         with pytest.raises(SystemExit):
             harness_of(bad, BashAgent().config)
+
+
+def _args(*argv: str) -> Any:
+    from orchard.recipes.swe.cli import parser
+
+    return parser().parse_args(["run", "--out", "o", "--model", "m", *argv])
+
+
+def test_run_reads_tasks_through_the_loaders_and_refuses_what_it_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchard.recipes.swe.cli import read_tasks
+
+    (task,) = read_tasks(_args("--tasks", str(SAMPLES)))
+    assert task.instance_id == "orchard-samples__calc_divide-1" and task.dataset == "orchard"
+    with pytest.raises(SystemExit, match="no such task: nope"):
+        read_tasks(_args("--tasks", str(SAMPLES), "--only", "nope"))
+    with pytest.raises(SystemExit, match="is in both"):
+        read_tasks(_args("--tasks", str(SAMPLES), "--tasks", str(SAMPLES)))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instance_id": "x"}\n')
+    with pytest.raises(SystemExit, match=r"bad.jsonl: row 1: "):
+        read_tasks(_args("--tasks", str(bad)))
+    monkeypatch.setenv("ORCHARD_HOME", str(tmp_path))
+    with pytest.raises(SystemExit, match="make swe-tasks"):
+        read_tasks(_args())
+
+
+def test_bar_options_are_checked() -> None:
+    from orchard.recipes.swe.cli import bar_config
+
+    config = bar_config(_args("--bar-n", "2", "--bar-max", "4", "--bar-band", "0.5,0.5"))
+    assert (config.group_size, config.max_rollouts, config.pmin, config.pmax) == (2, 4, 0.5, 0.5)
+    with pytest.raises(SystemExit, match="max_rollouts"):
+        bar_config(_args("--bar-n", "4", "--bar-max", "2"))
+    with pytest.raises(SystemExit, match="--bar-"):
+        bar_config(_args("--bar-band", "0.7,0.2"))
