@@ -8,6 +8,7 @@ stand-ins with the same methods, to check what the runner records and tells the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,30 @@ def test_bar_options_are_checked() -> None:
         bar_config(_args("--bar-n", "4", "--bar-max", "2"))
     with pytest.raises(SystemExit, match="--bar-"):
         bar_config(_args("--bar-band", "0.7,0.2"))
+
+
+def test_missing_images_stop_the_run_before_any_rollout_naming_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``check_images`` asks the service (a stand-in listing one image) for every task's image."""
+    from types import SimpleNamespace
+
+    from orchard.recipes.swe import cli
+
+    class Service:
+        images = SimpleNamespace(list=lambda: [SimpleNamespace(name="debian:bookworm")])
+
+        def __enter__(self) -> Service:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(cli.orchard, "Orchard", Service)
+    (calc,) = load_tasks(SAMPLES, "orchard")
+    other = dataclasses.replace(calc, instance_id="b", image="swebench/sweb.eval.x86_64.b:v1")
+    assert cli.check_images([calc], pull=False) == [calc]
+    with pytest.raises(SystemExit) as err:
+        cli.check_images([calc, other], pull=False)
+    assert "1 image(s)" in str(err.value) and "swebench/sweb.eval.x86_64.b:v1" in str(err.value)
+    assert "'sweb.eval.x86_64.b:v1'" in str(err.value)
