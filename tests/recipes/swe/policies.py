@@ -33,13 +33,3 @@ def commands(cmds: Sequence[str | dict[str, Any]]) -> Callable[[dict[str, Any]],
         return bash(item, f"c{i}") if isinstance(item, str) else item
 
     return policy
-
-
-def solves_calc_divide(body: dict[str, Any]) -> dict[str, Any]:
-    """Solves the calc_divide sample (reads the code, fixes the mean, runs the tests, submits)
-    and gives up on every other task at once."""
-    first_user = next((m for m in body["messages"] if m.get("role") == "user"), {})
-    if "divides by one more" not in str(first_user.get("content")):
-        return bash(SENTINEL_CMD, "give-up")
-    steps = ["cat calc/__init__.py", FIX_CALC, "python3 -c 'import calc; print(calc.mean([2, 4]))'"]
-    return commands(steps)(body)

@@ -8,13 +8,22 @@ stand-ins with the same methods, to check what the runner records and tells the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 from orchard.recipes.swe.agent import BashAgent
 from orchard.recipes.swe.cli import harness_of
-from orchard.recipes.swe.instances import load_tasks
-from orchard.recipes.swe.runner import SweOptions, SweRollout, _grade
+from orchard.recipes.swe.runner import (
+    NotGradableError,
+    SweOptions,
+    SweRollout,
+    _grade,
+    instance_of,
+    rollout_tasks,
+)
+from orchard.recipes.swe.tasks import load_tasks
 
 import orchard
 from orchard.rollouts import ProxyError, RolloutResult, Status
@@ -62,10 +71,22 @@ class Proxy:
         return [{"session_id": session_id, "reward": self.finished[-1][1]}]
 
 
+SAMPLES = Path(__file__).parents[3] / "recipes" / "swe" / "samples" / "instances.jsonl"
+
+
+def test_a_loaded_task_carries_the_row_its_grader_is_given() -> None:
+    (swe,) = load_tasks(SAMPLES, "orchard")
+    (task,) = rollout_tasks([swe])
+    assert instance_of(task) == swe.grading_instance()
+    assert task.image == swe.image and "git init" in task.setup[0]
+    with pytest.raises(NotGradableError, match="no instance row"):
+        instance_of(swe.rollout_task())
+
+
 def grade(
     answer: Any, diff: str = "diff --git a/x b/x", refuse: bool = False
 ) -> tuple[SweRollout, Client, Proxy]:
-    (task,) = load_tasks()
+    (task,) = rollout_tasks(load_tasks(SAMPLES, "orchard"))
     result = RolloutResult(task.id, "bash", Status.COMPLETED, 3, diff, [], [], "ses_1",
                            submission="said so")  # fmt: skip
     rollout = SweRollout(0, 0, result)
@@ -115,3 +136,67 @@ def test_the_harness_option() -> None:
                 "orchard.recipes.swe.agent:truncate"):  # fmt: skip
         with pytest.raises(SystemExit):
             harness_of(bad, BashAgent().config)
+
+
+def _args(*argv: str) -> Any:
+    from orchard.recipes.swe.cli import parser
+
+    return parser().parse_args(["run", "--out", "o", "--model", "m", *argv])
+
+
+def test_run_reads_tasks_through_the_loaders_and_refuses_what_it_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchard.recipes.swe.cli import read_tasks
+
+    (task,) = read_tasks(_args("--tasks", str(SAMPLES)))
+    assert task.instance_id == "orchard-samples__calc_divide-1" and task.dataset == "orchard"
+    with pytest.raises(SystemExit, match="no such task: nope"):
+        read_tasks(_args("--tasks", str(SAMPLES), "--only", "nope"))
+    with pytest.raises(SystemExit, match="is in both"):
+        read_tasks(_args("--tasks", str(SAMPLES), "--tasks", str(SAMPLES)))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instance_id": "x"}\n')
+    with pytest.raises(SystemExit, match=r"bad.jsonl: row 1: "):
+        read_tasks(_args("--tasks", str(bad)))
+    monkeypatch.setenv("ORCHARD_HOME", str(tmp_path))
+    with pytest.raises(SystemExit, match="make swe-tasks"):
+        read_tasks(_args())
+
+
+def test_bar_options_are_checked() -> None:
+    from orchard.recipes.swe.cli import bar_config
+
+    config = bar_config(_args("--bar-n", "2", "--bar-max", "4", "--bar-band", "0.5,0.5"))
+    assert (config.group_size, config.max_rollouts, config.pmin, config.pmax) == (2, 4, 0.5, 0.5)
+    with pytest.raises(SystemExit, match="max_rollouts"):
+        bar_config(_args("--bar-n", "4", "--bar-max", "2"))
+    with pytest.raises(SystemExit, match="--bar-"):
+        bar_config(_args("--bar-band", "0.7,0.2"))
+
+
+def test_missing_images_stop_the_run_before_any_rollout_naming_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``check_images`` asks the service (a stand-in listing one image) for every task's image."""
+    from types import SimpleNamespace
+
+    from orchard.recipes.swe import cli
+
+    class Service:
+        images = SimpleNamespace(list=lambda: [SimpleNamespace(name="debian:bookworm")])
+
+        def __enter__(self) -> Service:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(cli.orchard, "Orchard", Service)
+    (calc,) = load_tasks(SAMPLES, "orchard")
+    other = dataclasses.replace(calc, instance_id="b", image="swebench/sweb.eval.x86_64.b:v1")
+    assert cli.check_images([calc], pull=False) == [calc]
+    with pytest.raises(SystemExit) as err:
+        cli.check_images([calc, other], pull=False)
+    assert "1 image(s)" in str(err.value) and "swebench/sweb.eval.x86_64.b:v1" in str(err.value)
+    assert "'sweb.eval.x86_64.b:v1'" in str(err.value)
