@@ -172,6 +172,10 @@ async def start_command(socket_path: str, request: InitRequest) -> InitCommand |
         raise
 
 
+MAX_UNIX_PATH = 107
+"""The longest path ``connect`` takes for an AF_UNIX socket (sun_path is 108 bytes)."""
+
+
 async def _send_request(
     loop: asyncio.AbstractEventLoop, socket_path: str, request: InitRequest
 ) -> socket.socket:
@@ -179,12 +183,20 @@ async def _send_request(
     payload = encode_request(request)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     conn.setblocking(False)
+    folder_fd = -1
     try:
+        address = socket_path
+        if len(os.fsencode(socket_path)) > MAX_UNIX_PATH:
+            # A deep home (a long ORCHARD_HOME, a test's tmp folder): the kernel takes at
+            # most 107 bytes of path, so reach the socket through an fd of its folder.
+            folder, name = os.path.split(socket_path)
+            folder_fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            address = f"/proc/self/fd/{folder_fd}/{name}"
         try:
-            conn.connect(socket_path)
+            conn.connect(address)
         except BlockingIOError:
             # The listen backlog is full: wait for init to accept.
-            await loop.sock_connect(conn, socket_path)
+            await loop.sock_connect(conn, address)
         sent = conn.send(payload)
         if sent < len(payload):
             await loop.sock_sendall(conn, payload[sent:])
@@ -198,6 +210,9 @@ async def _send_request(
     except BaseException:
         conn.close()
         raise
+    finally:
+        if folder_fd >= 0:
+            os.close(folder_fd)
 
 
 async def kill_all(socket_path: str, request: InitRequest) -> int | StartFailure:

@@ -97,7 +97,8 @@ def test_the_real_backends_declare_what_they_implement(tmp_path: Path) -> None:
 def test_the_local_backend_refuses_a_model_endpoint_under_runsc(tmp_path: Path) -> None:
     """gVisor's netstack is in its Sentry: a listener made in the host namespace the sandbox
     runs in would not be on the loopback its processes see (local/model_endpoint.py)."""
-    local = LocalBackend(LocalSettings(home=tmp_path, sandbox_disk_bytes=0))
+    # userns=False: a disk-backed writable layer (sandbox_disk_bytes=0) cannot carry them.
+    local = LocalBackend(LocalSettings(home=tmp_path, sandbox_disk_bytes=0, userns=False))
     with pytest.raises(BackendError, match="'runsc' cannot have a model endpoint") as refused:
         local.check_model_endpoint("runsc")
     assert refused.value.client_fault
