@@ -272,7 +272,9 @@ print(json.dumps({"answer": out.decode(errors="replace"), "burst": len(burst)}))
 def _metric(stack: Stack, name: str, label: str) -> float:
     addr = (stack.home / "run" / "scheduler.metrics.addr").read_text().strip()
     url = addr if addr.startswith("http") else f"http://{addr}"
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+    token = (stack.home / "secrets" / "metrics-token").read_text().strip()
+    scrape = urllib.request.Request(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(scrape, timeout=10) as answer:
         text = answer.read().decode()
     for line in text.splitlines():
         if line.startswith(f"{name}{{") and label in line:

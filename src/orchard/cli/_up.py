@@ -501,7 +501,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
         if data_plane:
             print(f"Data-plane proxy (nginx): {data_plane}  (run/data-plane.addr)", flush=True)
-        print(f"Metrics: {layout.run}/<service>.metrics.addr (Prometheus /metrics)", flush=True)
+        from orchard.common.metrics import metrics_token_file  # the server extra's
+
+        print(
+            f"Metrics: {layout.run}/<service>.metrics.addr (Prometheus /metrics; "
+            f"Authorization: Bearer of {metrics_token_file(home)})",
+            flush=True,
+        )
         print(f"Sandbox writable layer: {writable_layer(layout.run)}", flush=True)
         print(
             f"Logs: {home / 'logs'}  (Ctrl-C stops the stack and deletes its sandboxes)", flush=True
