@@ -8,7 +8,9 @@ Needs the tools layer (``make tools-layer``). Which tools each harness defines w
 its own request bodies (the scripted server keeps them): Codex's ``exec_command``
 (``{"cmd"}``, over Responses), mini-swe-agent's ``bash``
 (``{"command"}``, and it submits with ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``),
-OpenClaw's ``exec`` (``{"command"}``).
+OpenClaw's ``exec`` (``{"command"}``), Claude Code's ``Bash`` (``{"command"}``, over
+Messages). aider has no tools: it edits by text, so its script is one reply in its ``whole``
+edit format (the fixed file), and aider runs the tests itself (``--auto-test``).
 """
 
 from __future__ import annotations
@@ -142,8 +144,16 @@ def test_a_real_harness_fixes_the_sample_repository(rollout_stack: RolloutStack,
                 m for b, _e in policy.answered[name] for m in b["messages"] if m["role"] == "tool"
             ]
             assert any("passed" in str(m.get("content")) for m in tool_outputs)
+        offered = sorted(
+            t["function"]["name"] for t in policy.answered[name][0][0].get("tools") or []
+        )
+        if isinstance(policy, WholeFilePolicy):
+            assert offered == []  # aider edits by text: no tools
+        else:  # the script calls a tool the harness itself defined
+            assert case.tool_call("c", "true")["name"] in offered, offered
         assert await _left(client, result) == []
         print(json.dumps({"harness": name, "steps": result.steps, "calls": len(calls),
-                          "samples": len(result.samples), "phases": result.detail["phases"]}))  # fmt: skip
+                          "samples": len(result.samples), "tools": offered,
+                          "phases": result.detail["phases"]}))  # fmt: skip
 
     rollout_stack.run(body)
