@@ -94,3 +94,25 @@ class CalcPolicy:
         if step == 4 and self.finish is not finish_with_text:
             return {"content": DONE}  # a harness that goes on after its submit command
         return {"status": 500, "content": f"policy: unexpected step {step} after {last[-300:]!r}"}
+
+
+@dataclass
+class WholeFilePolicy(CalcPolicy):
+    """For a harness that edits by text, not tool calls (aider's ``whole`` edit format): the
+    model's one step is the fixed file, named on its own line and fenced; the harness writes
+    it and runs the tests itself (aider's ``--auto-test``). A test failure it reflects back
+    (a user message with the test output) is unexpected: a 500, so the run fails loudly."""
+
+    path: str = ""
+    fixed: str = ""
+
+    def decide(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        users = [_text(m) for m in messages if m.get("role") == "user"]
+        if not any(MARKER.search(u) for u in users):
+            return {"content": "ok"}
+        if not any(m.get("role") == "assistant" and self.path in _text(m) for m in messages):
+            return {
+                "content": f"Off by one in mean: it must divide by len(values).\n\n"
+                f"{self.path}\n```python\n{self.fixed}```\n"
+            }
+        return {"status": 500, "content": f"policy: unexpected message {users[-1][-300:]!r}"}

@@ -4,9 +4,12 @@ Wire format: OpenAI **Chat** Completions through LiteLLM (model ``openai/<model>
 ``--openai-api-base`` = the session's ``openai_base_url_in_sandbox``, a placeholder key).
 Analytics, the update check, release notes, model warnings, URL detection, Playwright and
 notifications are off; LiteLLM's remote cost map is not fetched. aider does not commit
-(``--no-auto-commits``, ``--no-dirty-commits``) and leaves ``.gitignore`` alone, so the
-rollout's ``git diff`` is the agent's whole change; its history files live in the run
-folder, not in the repository. aider edits files through its edit format in plain text
+(``--no-auto-commits``, ``--no-dirty-commits``) and leaves ``.gitignore`` alone; its history
+files live in the run folder, not in the repository. Its repo map's tags cache
+(``.aider.tags.cache.v4/``) has no option for its place: it is always under the repository's
+root, so before the run ``.aider*`` is added to the repository's ``.git/info/exclude`` (git
+metadata, not the work tree; what aider itself would put in ``.gitignore``), and the
+rollout's ``git diff`` is the agent's whole change. aider edits files through its edit format in plain text
 (no tool calls) and runs the shell commands it suggests (``--yes-always``).
 
 Limits: aider works one message (plus its own reflections, at most 3): ``max_steps`` is
@@ -24,7 +27,7 @@ import re
 from typing import TYPE_CHECKING
 
 from .._types import HarnessRun, Limits, ModelEndpoint, Status, Task
-from ._cli import PLACEHOLDER_KEY, RUN_DIR, CliHarness
+from ._cli import PLACEHOLDER_KEY, RUN_DIR, CliHarness, tail
 
 if TYPE_CHECKING:
     from orchard import AsyncSandbox, ExecResult
@@ -34,6 +37,12 @@ LLM_HISTORY = f"{RUN_DIR}/aider.llm.history.txt"
 INPUT_HISTORY = f"{RUN_DIR}/aider.input.history"
 PROMPT = f"{RUN_DIR}/aider-task.md"
 _RESPONSE = re.compile(r"^LLM RESPONSE \d{4}-\d\d-\d\dT", re.MULTILINE)
+_EXCLUDE_CACHE = (
+    "git rev-parse --is-inside-work-tree >/dev/null 2>&1 || exit 0; "
+    'x="$(git rev-parse --git-path info/exclude)" && mkdir -p "$(dirname "$x")" '
+    '&& printf ".aider*\\n" >> "$x"'
+)
+"""Outside a git work tree there is no diff to keep clean: nothing to do."""
 _CLIENT_ERROR = re.compile(
     r"litellm\.(APIConnectionError|InternalServerError|ServiceUnavailableError|"
     r"AuthenticationError|NotFoundError|BadRequestError|APIError|Timeout)"
@@ -47,6 +56,20 @@ class Aider(CliHarness):
 
     def files(self, task: Task, model: ModelEndpoint, limits: Limits) -> dict[str, str]:
         return {PROMPT: task.prompt}
+
+    async def run(
+        self, sandbox: AsyncSandbox, task: Task, model: ModelEndpoint, limits: Limits
+    ) -> HarnessRun:
+        try:
+            done = await sandbox.exec(["sh", "-c", _EXCLUDE_CACHE], cwd=task.workdir, timeout=30)
+        except Exception as err:
+            return self._aborted(f"aider: could not exclude its cache from git: {err}")
+        if not done.ok:
+            return self._aborted(
+                f"aider: could not exclude its cache from git (exit {done.exit_code}): "
+                f"{tail(done.stderr or done.stdout, 1500)}"
+            )
+        return await super().run(sandbox, task, model, limits)
 
     def env(self, task: Task, model: ModelEndpoint, limits: Limits) -> dict[str, str]:
         return {
