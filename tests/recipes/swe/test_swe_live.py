@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,15 @@ def test_one_command_runs_the_recipe_end_to_end(tmp_path: Path) -> None:
                 lambda k: rewards.grade(tasks[k[0]].grading_instance(), k[1]), distinct
             ), strict=True))  # fmt: skip
         with orchard.Orchard(stack.endpoint, key) as client:
+            # every rollout deleted its sandbox; a delete answers at "deleting" and the
+            # teardown finishes in the background, so give the last ones a bounded moment
+            deadline = time.monotonic() + 30
             left = client.sandboxes.list()
+            while left and all(s.state == "deleting" for s in left):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+                left = client.sandboxes.list()
 
     assert {r["status"] for r in rollouts} == {"completed"}, [r["fault"] for r in rollouts]
     by_task: dict[str, list[dict[str, Any]]] = {}

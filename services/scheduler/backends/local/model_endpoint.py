@@ -301,6 +301,10 @@ class ModelEndpoints:
         except (NetnsGone, SharesNodeNetns, NetnsBroken, OSError) as err:
             raise BackendError.failure(f"model endpoint of {sandbox_id}: {err}") from None
         try:
+            # A restarted scheduler reopens the endpoint while the connections its
+            # predecessor accepted may still be in TIME_WAIT: without SO_REUSEADDR that
+            # bind fails with EADDRINUSE (it never lets two listeners share the port).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((MODEL_ENDPOINT_HOST, MODEL_ENDPOINT_PORT))
             sock.listen(BACKLOG)
         except OSError as err:
