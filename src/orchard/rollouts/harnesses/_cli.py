@@ -17,6 +17,7 @@ Only the public SDK is used (``orchard.AsyncSandbox``): harnesses never reach th
 
 from __future__ import annotations
 
+import abc
 import json
 import re
 import shlex
@@ -63,7 +64,7 @@ def json_lines(text: str) -> list[Any]:
     return values
 
 
-class CliHarness:
+class CliHarness(abc.ABC):
     """Base of the tools-layer CLI harnesses (see the module docstring)."""
 
     name: ClassVar[str]
@@ -88,14 +89,15 @@ class CliHarness:
         """The CLI's environment over the sandbox's (telemetry and update checks off)."""
         return {}
 
+    @abc.abstractmethod
     def argv(self, task: Task, model: ModelEndpoint, limits: Limits) -> list[str]:
-        raise NotImplementedError
+        """The CLI's command line for one non-interactive run of ``task``."""
 
+    @abc.abstractmethod
     async def outcome(
         self, sandbox: AsyncSandbox, result: ExecResult, task: Task, limits: Limits
     ) -> HarnessRun:
         """Read the transcript after a run that exited by itself (not timed out)."""
-        raise NotImplementedError
 
     # ---- shared -------------------------------------------------------------------
 
