@@ -107,3 +107,56 @@ def test_tenant_view_reports_quota_usage_and_version(stack: Stack) -> None:  # n
             assert (await client.tenant()).tenant == before.tenant
 
     asyncio.run(through_asyncio())
+
+
+class _TextReader:
+    """A file object whose read() gives text: its first chunk is only seen mid-stream."""
+
+    def read(self, n: int) -> str:
+        return "text, not bytes"
+
+
+class _FailingReader:
+    """A binary file object that fails after its first chunk (a disk error mid-upload)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def read(self, n: int) -> bytes:
+        self.calls += 1
+        if self.calls > 1:
+            raise OSError(5, "Input/output error (the test's reader)")
+        return b"x" * n
+
+
+def test_write_file_with_bad_data_raises_the_real_error(stack: Stack) -> None:  # noqa: F811
+    """Wrong data is a TypeError before any call; a reader failing mid-stream surfaces its own
+    error (gRPC cancels a request stream that raised: without care the caller saw
+    CancelledError or CANCELLED), on both faces; the sandbox still works after each."""
+    key = (stack.home / "dev-api-key").read_text().strip()
+    with Orchard(stack.endpoint, key) as client, client.sandboxes.create() as sb:
+        for bad in (12, [b"x"], None):
+            with pytest.raises(TypeError, match="bytes, str or a binary file object"):
+                sb.write_file("/work/f", bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"read\(\) gave str"):
+            sb.write_file("/work/f", _TextReader())  # type: ignore[arg-type]
+        with pytest.raises(OSError, match="the test's reader"):
+            sb.write_file("/work/f", _FailingReader())  # type: ignore[arg-type]
+        assert sb.exec("ls /work").stdout == b""  # nothing half-written is left
+        assert sb.write_file("/work/f", b"ok") == 2
+
+    async def scenario() -> None:
+        async with (
+            AsyncOrchard(stack.endpoint, key) as client,
+            await client.sandboxes.create() as sb,
+        ):
+            with pytest.raises(TypeError, match="bytes, str or a binary file object"):
+                await sb.write_file("/work/f", 12)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match=r"read\(\) gave str"):
+                await sb.write_file("/work/f", _TextReader())  # type: ignore[arg-type]
+            with pytest.raises(OSError, match="the test's reader"):
+                await sb.write_file("/work/f", _FailingReader())  # type: ignore[arg-type]
+            assert (await sb.exec("ls /work")).stdout == b""
+            assert await sb.write_file("/work/f", b"ok") == 2
+
+    asyncio.run(scenario())

@@ -291,8 +291,12 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
             _files.owner_spec(owner),
         )
         stub, access = await self._executor()
-        with translate_errors():
-            resp = await stub.WriteFile(_in_thread_requests(requests), metadata=access.metadata)
+        try:
+            with translate_errors():
+                resp = await stub.WriteFile(_in_thread_requests(requests), metadata=access.metadata)
+        except BaseException:
+            requests.reraise()
+            raise
         return resp.size
 
     async def iter_file(self, path: str) -> AsyncIterator[bytes]:
@@ -334,8 +338,12 @@ class AsyncSandbox(AsyncSandboxProcesses, SandboxCore):
             _files.owner_spec(owner),
         )
         stub, access = await self._executor()
-        with translate_errors():
-            resp = await stub.Upload(_in_thread_requests(requests), metadata=access.metadata)
+        try:
+            with translate_errors():
+                resp = await stub.Upload(_in_thread_requests(requests), metadata=access.metadata)
+        except BaseException:
+            requests.reraise()
+            raise
         return resp.files, resp.bytes
 
     async def download(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import BinaryIO
+from typing import BinaryIO, Generic, TypeVar
 
 from orchard._proto.orchard.v1 import common_pb2, executor_pb2, sandbox_pb2
 
@@ -15,6 +15,8 @@ from ._network import NetworkPolicy
 
 CHUNK_BYTES = 256 * 1024
 """Size of file and tar chunks on the wire (well under gRPC's 4 MiB message cap)."""
+
+R = TypeVar("R")
 
 Command = str | Sequence[str]
 Stdin = bytes | str | None
@@ -150,10 +152,20 @@ def _split(data: bytes) -> Iterator[bytes]:
         yield data[i : i + CHUNK_BYTES]
 
 
+def check_file_data(data: object) -> None:
+    """Refuse, before any call, data that is not bytes, text or a binary file object."""
+    if isinstance(data, (bytes, bytearray, memoryview, str)):
+        return
+    if isinstance(data, io.TextIOBase):
+        raise InvalidRequestError("data: open the file in binary mode ('rb')")
+    if not callable(getattr(data, "read", None)):
+        raise TypeError(f"data: bytes, str or a binary file object, not {type(data).__name__}")
+
+
 def file_chunks(data: FileData) -> Iterator[bytes]:
     """Chunks of ``data`` (bytes, text or a binary file object read as it goes)."""
-    if isinstance(data, (bytes, str)):
-        raw = as_bytes(data)
+    if isinstance(data, (bytes, bytearray, memoryview, str)):
+        raw = data.encode() if isinstance(data, str) else bytes(data)
         if not raw:
             return
         yield from _split(raw)
@@ -164,7 +176,42 @@ def file_chunks(data: FileData) -> Iterator[bytes]:
         chunk = data.read(CHUNK_BYTES)
         if not chunk:
             return
-        yield chunk
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise TypeError(
+                f"data: the file object's read() gave {type(chunk).__name__}, not bytes"
+                " (open it in binary mode)"
+            )
+        yield bytes(chunk)
+
+
+class CapturedStream(Generic[R]):
+    """A request stream that keeps what its source raised.
+
+    gRPC turns a request iterator that raises into a cancelled call (grpc.aio raises
+    ``CancelledError``, the sync stub a CANCELLED status), losing the cause: a file that
+    could not be read, data of the wrong type. The caller calls :meth:`reraise` when the call
+    fails, so the user sees the real error.
+    """
+
+    def __init__(self, source: Iterator[R]) -> None:
+        self._source = source
+        self.error: Exception | None = None
+
+    def __iter__(self) -> CapturedStream[R]:
+        return self
+
+    def __next__(self) -> R:
+        try:
+            return next(self._source)
+        except StopIteration:
+            raise
+        except Exception as err:
+            self.error = err
+            raise
+
+    def reraise(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 def write_requests(
@@ -174,6 +221,20 @@ def write_requests(
     mode: int | None,
     make_parents: bool,
     owner: str = "",
+) -> CapturedStream[executor_pb2.WriteFileRequest]:
+    """The WriteFile request stream (``data`` checked now: a wrong type is a ``TypeError``
+    here, not a cancelled call later)."""
+    check_file_data(data)
+    return CapturedStream(_write_requests(sandbox_id, path, data, mode, make_parents, owner))
+
+
+def _write_requests(
+    sandbox_id: str,
+    path: str,
+    data: FileData,
+    mode: int | None,
+    make_parents: bool,
+    owner: str,
 ) -> Iterator[executor_pb2.WriteFileRequest]:
     yield executor_pb2.WriteFileRequest(
         header=executor_pb2.WriteFileHeader(
@@ -190,6 +251,13 @@ def write_requests(
 
 def upload_requests(
     sandbox_id: str, remote_dir: str, tar_chunks: Iterable[bytes], owner: str = ""
+) -> CapturedStream[executor_pb2.UploadRequest]:
+    """The Upload request stream (what reading the local folder raised is kept)."""
+    return CapturedStream(_upload_requests(sandbox_id, remote_dir, tar_chunks, owner))
+
+
+def _upload_requests(
+    sandbox_id: str, remote_dir: str, tar_chunks: Iterable[bytes], owner: str
 ) -> Iterator[executor_pb2.UploadRequest]:
     yield executor_pb2.UploadRequest(
         header=executor_pb2.UploadHeader(sandbox_id=sandbox_id, path=remote_dir, owner=owner)

@@ -308,8 +308,12 @@ class Sandbox(SandboxProcesses, SandboxCore):
             _files.owner_spec(owner),
         )
         stub, access = self._executor()
-        with translate_errors():
-            return stub.WriteFile(requests, metadata=access.metadata).size
+        try:
+            with translate_errors():
+                return stub.WriteFile(requests, metadata=access.metadata).size
+        except Exception:
+            requests.reraise()
+            raise
 
     def iter_file(self, path: str) -> Iterator[bytes]:
         """The file's content in chunks, as they arrive."""
@@ -351,8 +355,12 @@ class Sandbox(SandboxProcesses, SandboxCore):
             _files.owner_spec(owner),
         )
         stub, access = self._executor()
-        with translate_errors():
-            resp = stub.Upload(requests, metadata=access.metadata)
+        try:
+            with translate_errors():
+                resp = stub.Upload(requests, metadata=access.metadata)
+        except Exception:
+            requests.reraise()
+            raise
         return resp.files, resp.bytes
 
     def download(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> _tar.DownloadResult:
