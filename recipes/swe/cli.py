@@ -6,7 +6,8 @@
         [--tasks FILE ...] [--format orchard] [--test-cmd CMD] [--only ID,...] [--pull-images]
         [--sampler fixed --samples 4 | --sampler bar --bar-n 4 --bar-max 8 --bar-stride 4
          --bar-band 0.25,0.75] [--casft-teacher MODEL] [--k 1,2,4] [--proxy URL]
-        [--harness bash|MODULE:ATTR] [--concurrency 8] [--template NAME] [--max-steps 50] ...
+        [--harness bash|codex|claude-code|openclaw|mini-swe-agent|aider|MODULE:ATTR]
+        [--memory 2Gi] [--concurrency 8] [--template NAME] [--max-steps 50] ...
 
 Against the stack of ``$ORCHARD_HOME`` (or ``ORCHARD_ENDPOINT`` / ``ORCHARD_API_KEY``): the
 sandboxes and the rewards service through the SDK, the model through the recording proxy
@@ -61,6 +62,7 @@ from orchard.rollouts import (
     Task,
     local_proxy_url,
 )
+from orchard.rollouts.harnesses import HARNESSES
 
 from . import bar, casft
 from .agent import AgentConfig, BashAgent
@@ -91,13 +93,18 @@ def default_task_files() -> list[Path]:
 
 
 def harness_of(spec: str, config: AgentConfig, ca: str | None = None) -> Harness:
-    """``bash`` (the built-in loop) or ``MODULE:ATTR``: a Harness, or a class or callable making one
-    (a real harness of the tools layer)."""
+    """``bash`` (the built-in loop), the name of a real harness of the tools layer
+    (``orchard.rollouts.harnesses.HARNESSES``: codex, claude-code, openclaw, mini-swe-agent,
+    aider; its sandboxes get the tools layer and the model endpoint), or ``MODULE:ATTR``: a
+    Harness, or a class or callable making one."""
     if spec == "bash":
         return BashAgent(config, ca=ca)
+    if spec in HARNESSES:
+        return HARNESSES[spec]()
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise SystemExit(f"--harness: 'bash' or MODULE:ATTR, not {spec!r}")
+        names = ", ".join(["bash", *sorted(HARNESSES)])
+        raise SystemExit(f"--harness: one of {names}, or MODULE:ATTR, not {spec!r}")
     try:
         value = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
@@ -274,7 +281,7 @@ async def collect(args: argparse.Namespace, tasks: list[Task]) -> dict[str, Any]
         proxy_url = args.proxy or local_proxy_url(client.config.home)
         ca = str(client.config.home / "run" / "ca.pem") if proxy_url.startswith("https") else None
         harness = harness_of(args.harness, AgentConfig(), ca)
-        sandbox = SandboxOptions(template=args.template or None)
+        sandbox = SandboxOptions(template=args.template or None, memory=args.memory or None)
         async with ModelProxyClient(proxy_url, client.config.api_key, ca=ca) as proxy:
             try:
                 if args.sampler == "fixed":
@@ -399,7 +406,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--model", required=True, help="the model name sent to the proxy")
     r.add_argument("--model-version", default="", help="the policy version recorded")
     r.add_argument("--proxy", default="", help="model proxy URL (default: the local stack's)")
-    r.add_argument("--harness", default="bash", help="bash (built-in) or MODULE:ATTR")
+    r.add_argument("--harness", default="bash",
+                   help="bash (built-in), a tools-layer harness (" + ", ".join(sorted(HARNESSES))
+                   + ") or MODULE:ATTR")  # fmt: skip
+    r.add_argument("--memory", default="",
+                   help="each rollout sandbox's memory cap (e.g. 2Gi; the server's default if "
+                   "unset); the Node.js harnesses want about 2Gi")  # fmt: skip
     r.add_argument("--concurrency", type=int, default=8)
     r.add_argument("--template", default="",
                    help="claim the rollouts' sandboxes from this template's warm pool")  # fmt: skip

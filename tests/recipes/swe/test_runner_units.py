@@ -27,6 +27,7 @@ from orchard.recipes.swe.tasks import load_tasks
 
 import orchard
 from orchard.rollouts import ProxyError, RolloutResult, Status
+from orchard.rollouts.harnesses import HARNESSES
 
 
 def report(reward: float | None, kind: str = "graded", resolved: bool = False) -> Any:
@@ -132,6 +133,8 @@ def test_the_harness_option() -> None:
     assert isinstance(harness_of("bash", BashAgent().config), BashAgent)
     made = harness_of("orchard.recipes.swe.agent:BashAgent", BashAgent().config)
     assert isinstance(made, BashAgent)
+    for name, cls in HARNESSES.items():  # the tools layer's CLIs, by name
+        assert type(harness_of(name, BashAgent().config)) is cls
     for bad in ("nope", "no.such.module:X", "orchard.recipes.swe.agent:Nothing",
                 "orchard.recipes.swe.agent:truncate"):  # fmt: skip
         with pytest.raises(SystemExit):
