@@ -51,7 +51,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orchard
 from orchard.rollouts import (
@@ -100,7 +100,8 @@ def harness_of(spec: str, config: AgentConfig, ca: str | None = None) -> Harness
     if spec == "bash":
         return BashAgent(config, ca=ca)
     if spec in HARNESSES:
-        return HARNESSES[spec]()
+        # a CliHarness's name is a ClassVar, which mypy does not match to the Protocol's field
+        return cast(Harness, HARNESSES[spec]())
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         names = ", ".join(["bash", *sorted(HARNESSES)])

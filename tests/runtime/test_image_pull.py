@@ -584,3 +584,67 @@ def test_the_uncompressed_layers_must_match_the_configs_diff_ids(
     registry.push(short, "1", "short")
     err = pull_error(store, f"{registry.host}/short:1")
     assert err.reason == "INVALID_MANIFEST" and "1 diff_ids" in err.message
+
+
+def _bomb_layer(file_bytes: int, files: int = 1) -> bytes:
+    """A layer tar of zeros: ``files`` x ``file_bytes`` unpacked (``write_layout`` gzips it)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(files):
+            info = tarfile.TarInfo(f"zeros-{i}")
+            info.size = file_bytes
+            tar.addfile(info, _Zeros(file_bytes))
+    return raw.getvalue()
+
+
+class _Zeros(io.RawIOBase):
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.left)
+        buffer[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+@needs_registry
+@pytest.mark.parametrize(
+    ("setting", "value", "layer"),
+    [
+        # 64 MiB of zeros in a blob of a few hundred KiB, against a 16 MiB bound
+        ("ORCHARD_IMAGE_MAX_LAYER_BYTES", "16777216", lambda: _bomb_layer(64 << 20)),
+        # 300 empty members against a bound of 100
+        ("ORCHARD_IMAGE_MAX_LAYER_ENTRIES", "100", lambda: _bomb_layer(0, files=300)),
+    ],
+)
+def test_a_layer_that_expands_beyond_its_bound_is_refused(
+    tmp_path: Path,
+    store: Path,
+    registry: Registry,
+    monkeypatch: pytest.MonkeyPatch,
+    setting: str,
+    value: str,
+    layer: Any,
+) -> None:
+    bomb = layer()
+    # small on the wire (as write_layout gzips it): the download's space check cannot see it
+    assert len(gzip.compress(bomb, compresslevel=1)) < 1 << 20
+    layout = write_layout(tmp_path / "bomb", "1", [ImageSpec([layer_tar(BASE), bomb])])
+    registry.push(layout, "1", "bomb")
+    monkeypatch.setenv(setting, value)
+    err = pull_error(store, f"{registry.host}/bomb:1")
+    assert (err.reason, err.client_fault) == ("LAYER_TOO_LARGE", True), err.message
+    assert "layer 2/2" in err.message
+    assert not ImageStore(store).exists("bomb:1")
+    # the half-unpacked layer is gone; what it wrote before the bound is not left on disk
+    assert [p.name for p in (store / ".layers").iterdir() if p.name.startswith(".tmp")] == []
+    assert tree_bytes(store / ".layers") < 1 << 20
+    # the same image pulls under the default bounds
+    monkeypatch.delenv(setting)
+    image, _ = pull(store, f"{registry.host}/bomb:1")
+    assert image.name == "bomb:1"
+
+
+def tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

@@ -75,13 +75,39 @@ class LayerStats:
     whiteouts: int = 0
     opaque_dirs: int = 0
     skipped_devices: int = 0
+    entries: int = 0
+    file_bytes: int = 0
+    """The regular files' sizes as the tar declares them (a sparse member's full size)."""
+
+
+@dataclass(frozen=True)
+class LayerLimits:
+    """How far one layer may expand on the node's disk (None: no bound).
+
+    A compressed blob says nothing of its unpacked size: a few MB of gzip can hold many GB of
+    zeros (a decompression bomb), a sparse member declares a size its tar bytes never carry,
+    and a tar of millions of empty members eats inodes. ``max_bytes`` bounds the sum of the
+    regular files' declared sizes (checked before each file is written), ``max_entries`` the
+    number of members.
+    """
+
+    max_bytes: int | None = None
+    max_entries: int | None = None
+
+
+class LayerTooLargeError(BackendError):
+    """A layer that would expand beyond its :class:`LayerLimits`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("LAYER_TOO_LARGE", message, client_fault=True)
 
 
 class LayerWriter:
     """Writes the members of one layer tar below ``root`` (an existing empty folder)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, limits: LayerLimits | None = None) -> None:
         self.root = root
+        self.limits = limits or LayerLimits()
         self.stats = LayerStats()
         self._dirs: list[_DirAttrs] = []
 
@@ -89,6 +115,10 @@ class LayerWriter:
         root_fd = os.open(self.root, DIR_OPEN_FLAGS)
         try:
             for member in tar:
+                self.stats.entries += 1
+                cap = self.limits.max_entries
+                if cap is not None and self.stats.entries > cap:
+                    raise LayerTooLargeError(f"the layer has more than {cap} members")
                 self._apply_member(root_fd, tar, member)
             self._finish_dirs(root_fd)
         finally:
@@ -140,6 +170,13 @@ class LayerWriter:
     def _write_file(
         self, parent: int, base: str, tar: tarfile.TarFile, member: tarfile.TarInfo
     ) -> None:
+        self.stats.file_bytes += member.size
+        cap = self.limits.max_bytes
+        if cap is not None and self.stats.file_bytes > cap:
+            raise LayerTooLargeError(
+                f"the layer's files expand beyond {cap} bytes (at {member.name!r}, "
+                f"{self.stats.file_bytes} bytes so far)"
+            )
         _remove(parent, base)
         source = tar.extractfile(member)
         if source is None:
@@ -240,12 +277,12 @@ class Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-def apply_layer(stream: Readable, dest: Path) -> LayerStats:
+def apply_layer(stream: Readable, dest: Path, limits: LayerLimits | None = None) -> LayerStats:
     """Unpack the layer tar read from ``stream`` (plain, gzip, bzip2 or xz) into ``dest``."""
     try:
         # Stream mode only ever calls read(), which is all a Readable has.
         with tarfile.open(fileobj=cast(IO[bytes], stream), mode="r|*") as tar:
-            return LayerWriter(dest).apply(tar)
+            return LayerWriter(dest, limits).apply(tar)
     except tarfile.TarError as err:
         raise LayerError(f"bad layer tar: {err}") from err
 

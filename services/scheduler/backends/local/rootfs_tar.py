@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, cast
 
-from .layer_tar import LayerError, LayerStats, apply_layer
+from .layer_tar import LayerError, LayerLimits, LayerStats, apply_layer
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _MAGICS = (
@@ -94,10 +94,10 @@ def open_decompressed(path: Path) -> Iterator[IO[bytes]]:
         yield stream
 
 
-def apply_rootfs_tar(path: Path, dest: Path) -> LayerStats:
+def apply_rootfs_tar(path: Path, dest: Path, limits: LayerLimits | None = None) -> LayerStats:
     """Unpack the rootfs tarball at ``path`` (any supported compression) into ``dest``."""
     if compression_of(path) == "zstd":
         with _zstd_stream(path) as stream:
-            return apply_layer(stream, dest)
+            return apply_layer(stream, dest, limits)
     with open(path, "rb") as stream:
-        return apply_layer(stream, dest)
+        return apply_layer(stream, dest, limits)

@@ -2,7 +2,9 @@
 unpacked shared layers -> an image in the node's store, with progress events.
 
 Every blob's size and digest are checked while it streams, and every layer's
-uncompressed bytes against the config's ``rootfs.diff_ids`` while it unpacks.
+uncompressed bytes against the config's ``rootfs.diff_ids`` while it unpacks. How far a
+layer may expand is bounded (:func:`layer_limits`): a small blob can unpack to far more than
+the download check saw (a decompression bomb, sparse members, millions of empty files).
 
 Blobs download in parallel (``parallel`` at a time, default 4) and each layer is
 unpacked as soon as its blob is verified, while the others still download;
@@ -32,7 +34,7 @@ import aiohttp
 
 from ...base import BackendError
 from ..images import ImageStore, StoredImage, image_env_defaults, normalize_image_name, tree_size
-from ..layer_tar import LayerError, apply_layer
+from ..layer_tar import LayerError, LayerLimits, LayerTooLargeError, apply_layer
 from ..rootfs_tar import apply_rootfs_tar, open_decompressed
 from .auth import find_credentials
 from .blobs import LAYERS_DIR, BlobStore, hash_file
@@ -114,16 +116,56 @@ class _HashingReader:
         return data
 
 
-def _unpack_checked(blob: Path, dest: Path, diff_id: str, what: str) -> None:
-    """Unpack ``blob`` into ``dest``; with a ``diff_id``, the uncompressed bytes must match it
-    (what the config promises; the blob's own digest is checked already)."""
+DEFAULT_MAX_LAYER_BYTES = 32 << 30
+DEFAULT_MAX_LAYER_ENTRIES = 1_000_000
+DISK_RESERVE_FRACTION = 0.05
+"""The share of the images folder's file system a pull leaves free, whatever the settings."""
+UNPACKS_AT_ONCE = 2
+
+
+def _positive_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, not {value}")
+    return value
+
+
+def layer_limits(images_dir: Path) -> LayerLimits:
+    """The bound on one layer's unpacked size, now: ``ORCHARD_IMAGE_MAX_LAYER_BYTES`` (default
+    32 GiB of file contents) and ``ORCHARD_IMAGE_MAX_LAYER_ENTRIES`` (default 1,000,000
+    members), and never more than the images folder's free space less a 5% reserve of its
+    file system, shared by the layers that unpack at once."""
+    folder = images_dir
+    while not folder.exists():
+        folder = folder.parent
+    usage = shutil.disk_usage(folder)
+    room = max(0, usage.free - int(usage.total * DISK_RESERVE_FRACTION)) // UNPACKS_AT_ONCE
+    return LayerLimits(
+        max_bytes=min(
+            _positive_env("ORCHARD_IMAGE_MAX_LAYER_BYTES", DEFAULT_MAX_LAYER_BYTES), room
+        ),
+        max_entries=_positive_env("ORCHARD_IMAGE_MAX_LAYER_ENTRIES", DEFAULT_MAX_LAYER_ENTRIES),
+    )
+
+
+def _unpack_checked(
+    blob: Path, dest: Path, diff_id: str, what: str, limits: LayerLimits | None = None
+) -> None:
+    """Unpack ``blob`` into ``dest`` within ``limits``; with a ``diff_id``, the uncompressed
+    bytes must match it (what the config promises; the blob's own digest is checked already)."""
     if not diff_id:
-        apply_rootfs_tar(blob, dest)
+        apply_rootfs_tar(blob, dest, limits)
         return
     algorithm, _, hexdigest = diff_id.partition(":")
     with open_decompressed(blob) as stream:
         reader = _HashingReader(stream, algorithm)
-        apply_layer(reader, dest)
+        apply_layer(reader, dest, limits)
         while reader.read(1 << 20):  # what tar's end marker left unread
             pass
     if reader.hash.hexdigest() != hexdigest:
@@ -142,7 +184,7 @@ class _Pull:
         self.blobs = store
         self.progress = progress
         self.downloads = asyncio.Semaphore(max(1, parallel))
-        self.unpacks = asyncio.Semaphore(2)
+        self.unpacks = asyncio.Semaphore(UNPACKS_AT_ONCE)
         self.ref = str(client.ref)
         self.total_layers = 0
         self.download_seconds = 0.0
@@ -317,11 +359,12 @@ class _Pull:
 
     def _unpack(self, blob: Path, digest: str, label: str, diff_id: str) -> Path:
         tmp = self.blobs.new_layer_tmp()
+        limits = layer_limits(self.blobs.images_dir)
         try:
-            _unpack_checked(blob, tmp, diff_id, f"{self.ref} {label} {digest}")
-        except LayerError as err:
+            _unpack_checked(blob, tmp, diff_id, f"{self.ref} {label} {digest}", limits)
+        except (LayerError, LayerTooLargeError) as err:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise LayerError(f"{self.ref} {label} {digest}: {err.message}") from None
+            raise type(err)(f"{self.ref} {label} {digest}: {err.message}") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
