@@ -27,6 +27,11 @@ from typing import Any, BinaryIO
 from .errors import ProxyError
 
 
+def answered(record: dict[str, Any]) -> bool:
+    """Whether a call got an answer the harness could go on with (what samples are built of)."""
+    return record.get("status") == 200 and bool(record.get("response"))
+
+
 def request_digest(api: str, body: bytes) -> str:
     return hashlib.sha256(api.encode() + b"\0" + body).hexdigest()
 
@@ -40,6 +45,7 @@ class CallLog:
         self.bytes = path.stat().st_size if path.exists() else 0
         self.torn_lines = 0
         self._count: int | None = None
+        self._answered: int | None = None
         self._file: BinaryIO | None = None
         """Opened at the first write, closed by close(): a thousand idle sessions hold no fds."""
 
@@ -82,10 +88,21 @@ class CallLog:
             self.release()
         return self._count
 
+    @property
+    def answered(self) -> int:
+        """How many records got an answer (:func:`answered`); the rest failed."""
+        if self._records is not None:
+            return sum(1 for r in self._records if answered(r))
+        if self._answered is None:
+            self._answered = sum(1 for r in self._read() if answered(r))
+            self.release()
+        return self._answered
+
     def release(self) -> None:
         """Drop the records from memory (a finished session's: they are all on disk)."""
         if self._file is None and self._records is not None:
             self._count = len(self._records)
+            self._answered = sum(1 for r in self._records if answered(r))
             self._records, self._by_digest = None, {}
 
     def admit(self) -> None:

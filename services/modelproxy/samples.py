@@ -34,6 +34,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .recording import answered
+
 
 def _text(content: Any) -> Any:
     if isinstance(content, list):
@@ -100,7 +102,7 @@ def _common(a: list[str], b: list[str]) -> int:
 
 
 def graph(records: list[dict[str, Any]]) -> list[_Node]:
-    nodes = [_node(r) for r in records if r.get("status") == 200 and r.get("response")]
+    nodes = [_node(r) for r in records if answered(r)]
     for i, node in enumerate(nodes):
         best, best_len = None, -1
         for j in range(i):

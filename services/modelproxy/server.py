@@ -184,7 +184,10 @@ class ModelProxy:
 
     async def get_session(self, request: web.Request) -> web.Response:
         session = await self._own_session(request)
-        return web.json_response({**session.info.public(), "calls": session.calls.count})
+        return web.json_response({
+            **session.info.public(), "calls": session.calls.count,
+            "answered_calls": session.calls.answered,
+        })  # fmt: skip
 
     async def finish_session(self, request: web.Request) -> web.Response:
         session = await self._own_session(request)
@@ -195,9 +198,11 @@ class ModelProxy:
         fault_message = body.get("fault_message", "")
         if not isinstance(fault_message, str) or not isinstance(body.get("fault", ""), str):
             raise bad_request("fault and fault_message: expected strings")
-        count = session.calls.count
+        count, answered = session.calls.count, session.calls.answered
         self.store.finish(session, body.get("reward"), body.get("fault", ""), fault_message)
-        return web.json_response({**session.info.public(), "calls": count})
+        return web.json_response(
+            {**session.info.public(), "calls": count, "answered_calls": answered}
+        )
 
     async def session_calls(self, request: web.Request) -> web.Response:
         session = await self._own_session(request)

@@ -7,6 +7,7 @@ rollouts at once all complete and leave no sandbox behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import replace
@@ -155,6 +156,59 @@ def test_failures_are_aborted_by_phase_and_never_graded(rollout_stack: RolloutSt
         assert "sandbox_id" not in results["bad-image"].detail
         assert "delete" in results["raises"].detail["phases"]
         assert graded == []
+
+    rollout_stack.run(body)
+
+
+class ForgivingHarness:
+    """Says it finished whatever the model answered (as aider does, exiting 0 after printing
+    the endpoint's error): the runner must not score such a run."""
+
+    name = "forgiving"
+    needs_tools_layer = False
+
+    async def run(
+        self, sandbox: AsyncSandbox, task: Task, model: Any, limits: Limits
+    ) -> HarnessRun:
+        import openai
+
+        async with openai.AsyncOpenAI(
+            base_url=model.openai_base_url, api_key="unused", max_retries=0
+        ) as llm:
+            for attempt in range(2):
+                with contextlib.suppress(openai.APIStatusError):
+                    await llm.chat.completions.create(
+                        model=model.model, messages=[{"role": "user", "content": f"{attempt}"}]
+                    )
+        return HarnessRun(Status.COMPLETED, steps=2)
+
+
+def test_a_run_whose_model_calls_all_failed_is_aborted_not_scored(
+    rollout_stack: RolloutStack,
+) -> None:
+    graded: list[str] = []
+
+    async def grade(sandbox: AsyncSandbox, task: Task, run: HarnessRun) -> float:
+        graded.append(task.id)
+        return 0.0
+
+    async def body(client: AsyncOrchard, proxy: ModelProxyClient) -> None:
+        rollout_stack.upstream.use(lambda _body: {"status": 500, "content": "upstream down"})
+        result = await run_rollout(client, ForgivingHarness(), calc_task(), proxy=proxy,
+                                   model="scripted", limits=LIMITS, grade=grade)  # fmt: skip
+        assert result.status is Status.ABORTED and result.fault_phase == "proxy", result.fault
+        assert "none of the rollout's 2 model calls was answered" in (result.fault or "")
+        assert result.reward is None and graded == []
+        info = await proxy.session(result.session_id or "")
+        assert (info.fault, info.calls, info.answered_calls) == ("infrastructure", 2, 0)
+        # one answered call of the two: the run is the agent's, and graded
+        answers = iter([{"status": 500, "content": "blip"}, {"content": "fine"}])
+        rollout_stack.upstream.use(lambda _body: next(answers))
+        result = await run_rollout(client, ForgivingHarness(), calc_task(), proxy=proxy,
+                                   model="scripted", limits=LIMITS, grade=grade)  # fmt: skip
+        assert result.status is Status.COMPLETED and result.reward == 0.0, result.fault
+        assert result.detail["model_calls"] == 2 and len(graded) == 1
+        assert await _left(client, result) == []
 
     rollout_stack.run(body)
 

@@ -133,6 +133,8 @@ class SessionInfo:
     fault: str
     fault_message: str
     calls: int | None = None
+    answered_calls: int | None = None
+    """Of ``calls``, those the upstream answered (status 200 with an answer); the rest failed."""
 
     @property
     def finished(self) -> bool:
@@ -150,6 +152,9 @@ class SessionInfo:
                 reward=None if body.get("reward") is None else float(body["reward"]),
                 fault=str(body.get("fault", "")), fault_message=str(body.get("fault_message", "")),
                 calls=None if body.get("calls") is None else int(body["calls"]),
+                answered_calls=(
+                    None if body.get("answered_calls") is None else int(body["answered_calls"])
+                ),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as err:
             raise ProxyProtocolError(200, "BAD_SESSION", f"not a session: {err!r}") from None

@@ -24,7 +24,9 @@ A failing ``task.setup`` (a command exits non-zero or times out) is ABORTED too,
 not be read as a policy's failure. It is told apart from the infrastructure's faults by its
 phase (a setup command that could not be *run*, because the sandbox failed, is ``sandbox:``).
 
-A harness that raises, or returns ``Status.ABORTED``, is ``harness:``. A harness that outlives
+A harness that raises, or returns ``Status.ABORTED``, is ``harness:``. A harness that says it
+finished although the session recorded model calls and the upstream answered none of them is
+``proxy:`` (the endpoint was down: nothing the agent did can be scored). A harness that outlives
 ``limits.max_seconds`` plus ``RunnerOptions.grace_seconds`` is cancelled: TRUNCATED (a limit
 stopped the agent; graded), its transcript lost (``detail["harness_timed_out"]``).
 
@@ -351,8 +353,8 @@ async def run_rollout(
     result.session_id = session.id
     reward: float | None = None
     try:
-        await _sandbox_phases(client, harness, task, session, model, limits, grade, options,
-                              runner, clock, result)  # fmt: skip
+        await _sandbox_phases(client, proxy, harness, task, session, model, limits, grade,
+                              options, runner, clock, result)  # fmt: skip
         reward = result.reward
     except _Aborted as err:
         result.status, result.fault, result.reward = Status.ABORTED, str(err), None
@@ -389,6 +391,7 @@ async def run_rollout(
 
 async def _sandbox_phases(
     client: AsyncOrchard,
+    proxy: ModelProxyClient,
     harness: Harness,
     task: Task,
     session: ProxySession,
@@ -423,6 +426,8 @@ async def _sandbox_phases(
             detail["harness"] = dict(run.detail)
         if run.fault:
             detail["harness_fault"] = run.fault
+        if run.status is not Status.ABORTED:
+            await _check_model_answered(proxy, session)
         with clock.phase("diff"):
             if base is None:
                 detail["diff_error"] = f"{task.workdir} is not a git work tree"
@@ -441,6 +446,21 @@ async def _sandbox_phases(
     finally:
         with clock.phase("delete"):
             await _delete(box, runner.delete_timeout, detail)
+
+
+async def _check_model_answered(proxy: ModelProxyClient, session: ProxySession) -> None:
+    """A harness that says it finished although none of its model calls was answered (the
+    upstream down, every call refused) did not work the task: an infrastructure fault, not a
+    zero reward. Harnesses differ in how they report a dead endpoint (some exit 0 after
+    printing the error), so the session's own record decides."""
+    try:
+        info = await proxy.session(session.id)
+    except ProxyError as err:
+        raise _Aborted("proxy", f"session: {_describe(err)}") from err
+    if info.calls and info.answered_calls == 0:
+        raise _Aborted(
+            "proxy", f"none of the rollout's {info.calls} model calls was answered by the upstream"
+        )
 
 
 async def _finish(
