@@ -6,8 +6,10 @@ A 135M model does not fix the bug; what this checks is the real protocol end to 
 completions with tool calls (llama.cpp's ``chatml-function-calling`` format) through the
 proxy, the agent loop running them in a real sandbox (or counting its format errors), the
 grader's reward on every rollout, and every output file written. Skipped by default: the
-server compiles for minutes on install. Not yet run: written where the llama.cpp build did
-not finish (15 min on 2 shared cores); the first `make test-llm` is its first run.
+server compiles for minutes on install (16 min on 2 shared cores). Run on 2026-12-02 with
+`make test-llm`'s steps: both rollouts TRUNCATED at the 4-step limit (the model's tool calls
+parse, it never submits), reward -1.0 each from the grader, every output file written;
+the three opt-in tests passed in 157 s.
 """
 
 from __future__ import annotations
