@@ -160,3 +160,25 @@ def test_write_file_with_bad_data_raises_the_real_error(stack: Stack) -> None:  
             assert await sb.write_file("/work/f", b"ok") == 2
 
     asyncio.run(scenario())
+
+
+def test_a_silent_exec_outlives_the_clients_keepalive_pings(
+    stack: Stack,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command that prints nothing for minutes (a harness waiting on a slow model, a quiet
+    build) keeps its call: the SDK pings its channels (every 30 s), and a server that took
+    those pings as abuse (gRPC's default: one per 5 minutes without data, two strikes) sent
+    GOAWAY ``too_many_pings`` and the exec was lost after 150 s. Here the client pings every
+    10 s (gRPC's floor; the servers accept one per 5 s), so the old failure shows within the
+    70 s the command is silent."""
+    import orchard.client._core as core
+
+    fast = tuple(
+        (k, 10_000 if k == "grpc.keepalive_time_ms" else v) for k, v in core.DEFAULT_CHANNEL_OPTIONS
+    )
+    monkeypatch.setattr(core, "DEFAULT_CHANNEL_OPTIONS", fast)
+    key = (stack.home / "dev-api-key").read_text().strip()
+    with Orchard(stack.endpoint, key) as client, client.sandboxes.create() as sb:
+        result = sb.exec("sleep 70; echo still-here", timeout=120)
+        assert (result.exit_code, result.stdout) == (0, b"still-here\n")

@@ -43,15 +43,32 @@ from .address_file import public_address, remove_address_file, write_address_fil
 from .service_edge import Authorize, ServiceErrors, Translate
 from .tls import scheme_address
 
+CLIENT_PINGS_SERVER_OPTIONS = [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+]
+"""Every server's (the runner adds them; a service's own options come after and win): accept
+the keepalive pings the SDK and the services send (every 30 s, on idle channels too). gRPC's
+server default takes more than one ping per 5 minutes while it sends no data as abuse and,
+after two strikes, ends the connection with GOAWAY ``too_many_pings``: an exec that printed
+nothing for 150 s (a harness waiting on a slow model, a quiet build), or a grading that
+took as long, was lost with it."""
+
 CONTROL_PLANE_SERVER_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.max_concurrent_streams", 4096),
 ]
 """The gateway's and the scheduler's server options: keepalive pings find dead
 clients of long-lived channels, and one connection may carry thousands of calls
 (a trainer's creates at once); the executor and rewards set their own."""
+
+def _with_defaults(
+    options: Sequence[tuple[str, Any]], defaults: Sequence[tuple[str, Any]]
+) -> list[tuple[str, Any]]:
+    """``options`` plus each default they do not set (no key given twice to gRPC)."""
+    given = {key for key, _ in options}
+    return [*(d for d in defaults if d[0] not in given), *options]
+
 
 OVERALL = ""
 """The health service name that stands for the whole process."""
@@ -85,7 +102,7 @@ class ServiceRunner:
         self.announce_tls = announce_tls and server_credentials is not None
         self.address = ""
         self.server = grpc.aio.server(
-            options=list(options),
+            options=_with_defaults(options, CLIENT_PINGS_SERVER_OPTIONS),
             interceptors=[*interceptors, ServiceErrors(name, translate, authorize)],
         )
         self.health = health_aio.HealthServicer()
