@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import http.server
 import socket
 import threading
@@ -120,3 +121,38 @@ def test_async_forward_and_connect(fake: FakeOrchard, http_server: tuple[str, in
             await sb.delete()
 
     asyncio.run(main())
+
+
+def test_async_close_with_connections_open_is_quiet(fake: FakeOrchard) -> None:
+    """close() resets the connections still open without asyncio reporting each cancelled
+    handler as an error (Python 3.11's start_server logs "Exception in callback" for a
+    handler task that ends cancelled)."""
+    reported: list[dict[str, object]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        async with fake.async_client() as client:
+            sb = await client.sandboxes.create()
+            fake.map_port(sb.id, 8000, held.getsockname()[:2])
+            fwd = await sb.forward_port(8000)
+            conns = [await asyncio.open_connection("127.0.0.1", fwd.local_port) for _ in range(3)]
+            for _ in range(100):  # the relays are open once the fake accepted them
+                if fwd.connections == 3:
+                    break
+                await asyncio.sleep(0.02)
+            assert fwd.connections == 3
+            await fwd.close()
+            for reader, writer in conns:
+                with contextlib.suppress(ConnectionResetError):  # the forward resets them
+                    assert await reader.read() == b""
+                writer.close()
+            assert fwd.connections == 0
+            await sb.delete()
+        await asyncio.sleep(0.05)  # done callbacks run on the next loop turns
+        held.close()
+
+    asyncio.run(main())
+    assert reported == []

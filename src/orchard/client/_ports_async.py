@@ -138,12 +138,23 @@ class AsyncPortForward(PortForwardBase):
         self._dial = dial
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
 
     async def _start(self) -> Self:
         self._server = await asyncio.start_server(self._serve, sock=self._listener)
         return self
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve_one(reader, writer)
+        except asyncio.CancelledError:
+            # close() cancels the connections still open: end quietly. Python 3.11's
+            # start_server reads a handler task that ends cancelled as an error and logs
+            # "Exception in callback ... connection_made" for every such connection.
+            if not self._closing:
+                raise
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -170,6 +181,7 @@ class AsyncPortForward(PortForwardBase):
 
     async def close(self) -> None:
         """Stop listening and reset the connections still open."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
         else:
