@@ -96,6 +96,8 @@ def pairs_of(records: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[bool, boo
         judged, truth = detail.get("judge_success"), detail.get("truth_success")
         if record.get("status") == "aborted" and not detail:
             skipped["aborted"] += 1
+        elif detail.get("judge_failed"):
+            skipped["judge_failed"] += 1
         elif judged is None:
             skipped[str(detail.get("judge_skipped") or "no_verdict")] += 1
         elif truth is None:

@@ -22,7 +22,6 @@ at reset, their ground truth the environment's own reward.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from orchard.recipes.swe.tasks import TaskRowError, read_rows
+from orchard.recipes.swe.tasks._rows import _json_if_text  # generic: a JSON string of a list
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MAX_INSTRUCTION_CHARS = 20_000
@@ -45,15 +45,6 @@ def site_of(website: str) -> str:
         text = "http://" + text
     host = (urlsplit(text).hostname or "").lower().rstrip(".")
     return host[4:] if host.startswith("www.") else host
-
-
-def _json_if_text(value: Any) -> Any:
-    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None
-    return value
 
 
 class WebGymRow(BaseModel):

@@ -145,4 +145,4 @@ def test_pairs_come_from_reward_records_and_the_rest_is_counted() -> None:
     ]
     pairs, skipped = pairs_of(records)
     assert pairs == [(True, True), (False, True)]
-    assert skipped == {"malformed_stop": 1, "aborted": 1, "no_verdict": 1, "no_ground_truth": 1}
+    assert skipped == {"malformed_stop": 1, "aborted": 1, "judge_failed": 1, "no_ground_truth": 1}
