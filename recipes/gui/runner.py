@@ -152,8 +152,10 @@ async def run_gui(
     options: GuiOptions | None = None,
     sandbox: SandboxOptions | None = None,
     on_result: Callable[[GuiRollout], None] | None = None,
+    prefix: str = "",
 ) -> list[GuiRollout]:
-    """``samples_per_task`` rollouts of every task, rewarded; in the order (task, sample)."""
+    """``samples_per_task`` rollouts of every task, rewarded; in the order (task, sample).
+    Rollout ids are ``<prefix><task id>#<sample>`` (a training round's prefix: ``r3/``)."""
     options = options or GuiOptions()
     jobs: list[Job] = []
     seen: dict[str, int] = {}
@@ -163,7 +165,7 @@ async def run_gui(
             seen[gui.id] = s + 1
             seed = None if options.seed_base is None else options.seed_base + s
             base = rollout_task(gui, seed)
-            key = f"{gui.id}#{s}"
+            key = f"{prefix}{gui.id}#{s}"
             task = dataclasses.replace(base, metadata={**base.metadata, ROLLOUT_KEY: key})
             jobs.append(Job(task, metadata={"sample": s, "rollout": key}))
     grader = Grader(judge, options.rule)
@@ -238,7 +240,7 @@ async def run_round(
     rollouts = await run_gui(
         client, harness, picked, proxy=proxy, model=model, judge=judge,
         limits=dataclasses.replace(limits, max_steps=budget), options=seeded,
-        sandbox=sandbox, on_result=on_result,
+        sandbox=sandbox, on_result=on_result, prefix=f"r{number}/",
     )  # fmt: skip
     outcomes = [(r.result.task_id, success_of(r)) for r in rollouts]
     graded = [(t, s) for t, s in outcomes if s is not None]

@@ -11,7 +11,9 @@ the request's model name (the CLI's ``--model``):
 - ``wrong``: clicks a button that is not the one asked for, and says so (an honest failure);
 - ``liar``: clicks a wrong button but *claims* the right one (a judge reading only the
   reasoning is fooled: the agreement report must show it);
-- ``mute``: replies with text and no tool call (malformed), every turn.
+- ``mute``: replies with text and no tool call (malformed), every turn;
+- ``crash``: as ``good``, but before answering its first turn it kills the sandbox's Chromium
+  (through the SDK, :attr:`VlmPolicy.kill`): the agent's next step meets a dead browser.
 
 :func:`judge_policy` is a deliberately simple judge: it checks it was shown the screenshots
 (PNG data URLs, at most three), then says SUCCESS when every target the task names (quoted
@@ -26,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,9 +130,18 @@ def _select_names(task: str) -> list[str]:
     return [n.strip() for n in listed.replace(" and ", ",").split(",") if n.strip()]
 
 
+CRASH = (
+    "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in "
+    "*chromium*) kill -9 ${p#/proc/};; esac; done"
+)
+"""Kill every Chromium process of the sandbox it runs in (not the host's: its own pid space)."""
+
+
 class VlmPolicy:
     def __init__(self) -> None:
         self.seen_images: list[int] = []
+        self.kill: Callable[[], None] | None = None
+        """Set by the test once the stack is up: kills the running rollout's browser."""
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         messages = body["messages"]
@@ -140,6 +152,10 @@ class VlmPolicy:
         )  # fmt: skip
         self.seen_images.append(images)
         mode = body.get("model", "good")
+        if mode == "crash" and step == 0:
+            assert self.kill is not None
+            self.kill()
+            mode = "good"
         if mode == "mute":
             return {"content": "I am not sure what to do."}
         task = next(_texts(m) for m in messages if _texts(m).startswith("Task: ")).removeprefix(

@@ -28,7 +28,7 @@ from orchard.recipes.gui.image import image_name
 
 import orchard
 from orchard.testing.scripted_model import scripted_upstream
-from tests.recipes.gui.policies import VlmPolicy, judge_policy
+from tests.recipes.gui.policies import CRASH, VlmPolicy, judge_policy
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, running_stack
 
 pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(600)]
@@ -53,11 +53,13 @@ def _not_blank(png: bytes) -> bool:
     return len(set(zlib.decompress(data))) > 16
 
 
-def _run(stack: Any, judge_url: str, out: Path, model: str, tasks: list[str]) -> dict[str, Any]:
+def _run(
+    stack: Any, judge_url: str, out: Path, model: str, tasks: list[str], *extra: str
+) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "orchard.recipes.gui", "run", "--out", str(out), "--model", model,
          "--judge-url", judge_url, "--judge-model", "judge", "--miniwob", ",".join(tasks),
-         "--max-steps", "8", "--concurrency", "2", "--seed", "3"],
+         "--max-steps", "8", "--concurrency", "2", "--seed", "3", *extra],
         env=stack.env, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -65,9 +67,24 @@ def _run(stack: Any, judge_url: str, out: Path, model: str, tasks: list[str]) ->
     return {r["task_id"]: r for r in _rows(out / "rollouts.jsonl")}
 
 
-def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> None:
+def _need_image() -> None:
     if not (IMAGES_DIR / image_name().replace(":", "+") / "image.json").is_file():
         pytest.fail(f"the browser image {image_name()} is not built: make browser-image")
+
+
+def _no_sandbox_left(stack: Any, home: Path) -> None:
+    key = (home / "dev-api-key").read_text().strip()
+    with orchard.Orchard(stack.endpoint, key) as client:
+        deadline = time.monotonic() + 30
+        left = [s for s in client.sandboxes.list() if s.state != "deleting"]
+        while left and time.monotonic() < deadline:
+            time.sleep(0.2)
+            left = [s for s in client.sandboxes.list() if s.state != "deleting"]
+    assert left == [], left
+
+
+def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> None:
+    _need_image()
     policy = VlmPolicy()
     home = tmp_path / "home"
     with (
@@ -79,14 +96,7 @@ def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> 
         wrong = _run(stack, judge_url, tmp_path / "wrong", "wrong", ["click-button"])
         liar = _run(stack, judge_url, tmp_path / "liar", "liar", ["click-button"])
         mute = _run(stack, judge_url, tmp_path / "mute", "mute", ["click-button"])
-        key = (home / "dev-api-key").read_text().strip()
-        with orchard.Orchard(stack.endpoint, key) as client:
-            deadline = time.monotonic() + 30
-            left = client.sandboxes.list()
-            while left and time.monotonic() < deadline:
-                time.sleep(0.2)
-                left = [s for s in client.sandboxes.list() if s.state != "deleting"] or []
-            assert left == [], left
+        _no_sandbox_left(stack, home)
 
     # the good policy: every task solved by MiniWoB's own signal
     assert {t: r["truth_success"] for t, r in good.items()} == {f"miniwob/{n}": True for n in GOOD}
@@ -160,3 +170,51 @@ def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> 
     assert report["kappa"] == pytest.approx(8 / 14)
     assert report["skipped"] == {"judge_failed": 1, "malformed_stop": 1}
     assert len(judge.requests) >= 6
+
+
+def test_rounds_move_the_budget_and_a_browser_crash_aborts(tmp_path: Path) -> None:
+    """``--rounds``: tasks drawn by the sampler, the budget from the curriculum (2 steps, then 4
+    once two rounds agree); and a browser killed mid-episode is ABORTED, never scored."""
+    _need_image()
+    policy = VlmPolicy()
+    home = tmp_path / "home"
+    with (
+        scripted_upstream(policy) as (_, url),
+        scripted_upstream(judge_policy) as (_, judge_url),
+        running_stack(home, up_args=["--model-upstream", url]) as stack,
+    ):
+        key = (home / "dev-api-key").read_text().strip()
+
+        def kill() -> None:
+            with orchard.Orchard(stack.endpoint, key) as client:
+                (info,) = [s for s in client.sandboxes.list() if s.state in ("ready", "claimed")]
+                client.sandboxes.connect(info.id).exec(["sh", "-c", CRASH], timeout=30)
+
+        policy.kill = kill
+        out = tmp_path / "rounds"
+        _run(stack, judge_url, out, "good", ["click-button", "click-link"], "--rounds", "3",
+             "--batch", "2", "--curriculum", "2,4", "--stable-window", "2")  # fmt: skip
+        crashed = _run(stack, judge_url, tmp_path / "crash", "crash", ["click-button"],
+                       "--concurrency", "1")  # fmt: skip
+        _no_sandbox_left(stack, home)
+
+    rounds = _rows(out / "rounds.jsonl")
+    assert [(r["budget"], r["graded"], r["successes"]) for r in rounds] == [
+        (2, 2, 2),
+        (2, 2, 2),
+        (4, 2, 2),
+    ]
+    assert [r["switched"] for r in rounds] == [False, True, False]
+    state = json.loads((out / "curriculum.json").read_text())
+    assert state["curriculum"]["switches"] == [
+        {"round": 2, "from": 2, "to": 4, "rates": [1.0, 1.0]}
+    ]
+    drawn = [t for r in rounds for t in r["drawn"]]
+    assert set(drawn) <= {"miniwob/click-button", "miniwob/click-link"} and len(drawn) == 6
+    assert sum(state["sampler"]["buckets"].values()) == 2
+    assert len(_rows(out / "rollouts.jsonl")) == 6
+    r = crashed["miniwob/click-button"]
+    assert (r["status"], r["reward"]) == ("aborted", None)
+    assert r["fault"].startswith("harness: browser: "), r["fault"]
+    assert r["reward_detail"] == {}
+    assert all(not s["trainable"] for s in _rows(tmp_path / "crash" / "samples.rl.jsonl"))
