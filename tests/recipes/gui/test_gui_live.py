@@ -16,6 +16,7 @@ Needs the browser image (``make browser-image``).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -218,3 +219,34 @@ def test_rounds_move_the_budget_and_a_browser_crash_aborts(tmp_path: Path) -> No
     assert r["fault"].startswith("harness: browser: "), r["fault"]
     assert r["reward_detail"] == {}
     assert all(not s["trainable"] for s in _rows(tmp_path / "crash" / "samples.rl.jsonl"))
+
+
+@pytest.mark.skipif(
+    not os.environ.get("ORCHARD_TEST_GUI_JUDGE_URL"),
+    reason="opt-in: ORCHARD_TEST_GUI_JUDGE_URL (and _MODEL, _KEY) name a real vision judge",
+)
+def test_a_real_judge_against_miniwob_ground_truth(tmp_path: Path) -> None:
+    """The agreement of a real judge (any OpenAI-compatible vision model) with MiniWoB's
+    signal, over the scripted policy's successes and honest failures; printed as JSON."""
+    _need_image()
+    judge_url = os.environ["ORCHARD_TEST_GUI_JUDGE_URL"]
+    extra = ["--judge-model", os.environ.get("ORCHARD_TEST_GUI_JUDGE_MODEL", "judge")]
+    if os.environ.get("ORCHARD_TEST_GUI_JUDGE_KEY"):
+        extra += ["--judge-key", os.environ["ORCHARD_TEST_GUI_JUDGE_KEY"]]
+    home = tmp_path / "home"
+    with (
+        scripted_upstream(VlmPolicy()) as (_, url),
+        running_stack(home, up_args=["--model-upstream", url]) as stack,
+    ):
+        runs = {"good": GOOD[:4], "wrong": ["click-button", "click-link"]}
+        for model, tasks in runs.items():
+            _run(stack, judge_url, tmp_path / model, model, tasks, *extra)
+    combined = tmp_path / "all.jsonl"
+    combined.write_text("".join((tmp_path / m / "rollouts.jsonl").read_text() for m in runs))
+    report = json.loads(subprocess.run(
+        [sys.executable, "-m", "orchard.recipes.gui", "agreement", str(combined)],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout)  # fmt: skip
+    print(json.dumps(report))
+    assert report["n"] + sum(report["skipped"].values()) == 6
+    assert report["truth_success_rate"] is None or 0 <= report["truth_success_rate"] <= 1
