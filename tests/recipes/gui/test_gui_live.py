@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,15 +86,22 @@ def _no_sandbox_left(stack: Any, home: Path) -> None:
     assert left == [], left
 
 
-def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> None:
+@contextmanager
+def _stack(home: Path, policy: VlmPolicy) -> Iterator[tuple[Any, Any, str]]:
+    """The stack with the scripted VLM as its model upstream; the scripted judge beside it."""
     _need_image()
-    policy = VlmPolicy()
-    home = tmp_path / "home"
     with (
         scripted_upstream(policy) as (_, url),
         scripted_upstream(judge_policy) as (judge, judge_url),
         running_stack(home, up_args=["--model-upstream", url]) as stack,
     ):
+        yield stack, judge, judge_url
+
+
+def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> None:
+    policy = VlmPolicy()
+    home = tmp_path / "home"
+    with _stack(home, policy) as (stack, judge, judge_url):
         good = _run(stack, judge_url, tmp_path / "good", "good", GOOD)
         wrong = _run(stack, judge_url, tmp_path / "wrong", "wrong", ["click-button"])
         liar = _run(stack, judge_url, tmp_path / "liar", "liar", ["click-button"])
@@ -176,14 +185,9 @@ def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> 
 def test_rounds_move_the_budget_and_a_browser_crash_aborts(tmp_path: Path) -> None:
     """``--rounds``: tasks drawn by the sampler, the budget from the curriculum (2 steps, then 4
     once two rounds agree); and a browser killed mid-episode is ABORTED, never scored."""
-    _need_image()
     policy = VlmPolicy()
     home = tmp_path / "home"
-    with (
-        scripted_upstream(policy) as (_, url),
-        scripted_upstream(judge_policy) as (_, judge_url),
-        running_stack(home, up_args=["--model-upstream", url]) as stack,
-    ):
+    with _stack(home, policy) as (stack, _, judge_url):
         key = (home / "dev-api-key").read_text().strip()
 
         def kill() -> None:

@@ -90,7 +90,7 @@ def test_verdicts_are_read_strictly() -> None:
     assert read_verdict('{"reasoning": "ok", "verdict": "SUCCESS"}') == (True, "ok")
     assert read_verdict('```json\n{"verdict": "failure"}\n```') == (False, "")
     assert read_verdict("Looks good to me") == "not JSON (Expecting value)"
-    assert read_verdict('{"verdict": "maybe"}').startswith('no "verdict"')
+    assert str(read_verdict('{"verdict": "maybe"}')).startswith('no "verdict"')
 
 
 def _judge(url: str, **kw: Any) -> ChatJudge:
