@@ -117,8 +117,24 @@ Action = Click | Type | Scroll | Key | Navigate | Back | Wait | Done
 
 
 def action_to_dict(action: Action) -> dict[str, Any]:
-    """``{"name": ..., "arguments": {...}}``: the wire form the in-sandbox server takes."""
-    return {"name": action.name, "arguments": asdict(action)}
+    """``{"name": ..., "arguments": {...}}``: the wire form the in-sandbox server takes (unset
+    optional fields left out, so :func:`parse_action` reads it back to the same action)."""
+    arguments = {k: v for k, v in asdict(action).items() if v is not None}
+    return {"name": action.name, "arguments": arguments}
+
+
+def describe_action(action: Action) -> str:
+    """A short text form for action histories (the judge's, logs): ``click(x=0.25, y=0.40)``,
+    ``type(text='hello')``, ``done(answer='42')``; floats to 3 decimals, text cut at 200."""
+    parts = []
+    for key, value in action_to_dict(action)["arguments"].items():
+        if isinstance(value, float):
+            parts.append(f"{key}={value:.3f}")
+        elif isinstance(value, str) and len(value) > 200:
+            parts.append(f"{key}={value[:200]!r}...")
+        else:
+            parts.append(f"{key}={value!r}")
+    return f"{action.name}({', '.join(parts)})"
 
 
 def _point_schema(what: str) -> dict[str, Any]:

@@ -56,6 +56,8 @@ PACKAGES = (
     "python3",
     "ca-certificates",
     "chromium",
+    # Playwright's bundled Node.js links against it; minbase does not carry it.
+    "libatomic1",
     # Chromium renders text with whatever fontconfig finds: without a font every glyph is a
     # box. DejaVu and Liberation cover MiniWoB's Arial/sans-serif text.
     "fonts-dejavu-core",

@@ -106,7 +106,7 @@ ELEMENTS_JS = r"""
 
 TASK_STATE_JS = """() => (typeof WOB_DONE_GLOBAL === 'undefined') ? null : {
   done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL,
-  reason: WOB_REWARD_REASON === null ? null : String(WOB_REWARD_REASON),
+  reason: (WOB_REWARD_REASON === null || WOB_REWARD_REASON === undefined) ? null : String(WOB_REWARD_REASON),
   episode: WOB_EPISODE_ID }"""
 
 
@@ -186,13 +186,21 @@ class Browser:
         if not self.miniwob:
             return None
         if self.latched is not None:
+            self.hide_cover()  # a task may have shown it again since
             return self.latched
         state = self.page.evaluate(TASK_STATE_JS)
         if state is None:
             return None
         if state["done"] or int(state["episode"]) > self.start_episode:
             self.latched = state | {"done": True}
+            self.hide_cover()
         return self.latched or state
+
+    def hide_cover(self) -> None:
+        """Hide the START cover MiniWoB shows when an episode ends: the screenshot then
+        shows the page as the agent left it (what a judge must see), and a click can not
+        start a new episode behind the latch."""
+        self.page.evaluate("() => { if (core.cover_div) core.cover_div.style.display = 'none'; }")
 
     def observe(self, action_error: str | None = None) -> dict[str, Any]:
         if self.page is None:

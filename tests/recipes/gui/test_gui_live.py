@@ -2,7 +2,7 @@
 MiniWoB tasks in real browser sandboxes (runc, the browser image, Chromium through
 Playwright) with the VLM agent, its model a scripted policy behind ``orchard up``'s
 recording proxy that reads the element list the agent sends to choose its clicks
-(``policies.VlmPolicy``), its judge a scripted one (``policies.judge_policy``).
+(``vlm_policies.VlmPolicy``), its judge a scripted one (``vlm_policies.judge_policy``).
 
 Checked: the good policy solves five tasks (MiniWoB's own reward says so) and is paid 1.0;
 the judge saw at most three screenshots; older screenshots left the model's context; the
@@ -31,7 +31,7 @@ from orchard.recipes.gui.image import image_name
 
 import orchard
 from orchard.testing.scripted_model import scripted_upstream
-from tests.recipes.gui.policies import CRASH, VlmPolicy, judge_policy
+from tests.recipes.gui.vlm_policies import CRASH, VlmPolicy, judge_policy
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, running_stack
 
 pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(600)]
