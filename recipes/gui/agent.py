@@ -38,6 +38,7 @@ What the grader needs is on the returned :class:`GuiRun`: the judge's view of th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import ssl
@@ -51,18 +52,16 @@ import aiohttp
 import orchard
 from orchard.rollouts import HarnessRun, Limits, ModelEndpoint, Status, Task
 
-from .actions import TOOLS, Action, BadAction, Done, action_to_dict
+from .actions import TOOLS, BadAction, Done, describe_action
 from .browser import BrowserCrashed, BrowserEnv, Observation, PageTask
 from .judge import Episode, Step, data_url
-from .miniwob import MiniWoBTask, succeeded
+from .miniwob import MiniWoBTask, succeeded, task_from_metadata
 from .reward import check_format
 
 if TYPE_CHECKING:
     from orchard import AsyncSandbox
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-TASK_KEY = "gui"
-"""``Task.metadata[TASK_KEY]``: ``{"miniwob": name, "seed": int | None}`` or ``{"url": ...}``."""
 
 SYSTEM_PROMPT = (
     "You operate a web browser to complete a task. After each action you get the page's URL, "
@@ -113,13 +112,6 @@ class GuiRun(HarnessRun):
     """(step, PNG) of the last ``judge_screenshots`` observations."""
 
 
-def describe(action: Action) -> str:
-    """An action as a call: ``click(x=0.41, y=0.3)``."""
-    wire = action_to_dict(action)
-    args = ", ".join(f"{k}={v!r}" for k, v in wire["arguments"].items() if v is not None)
-    return f"{wire['name']}({args})"
-
-
 def observation_text(obs: Observation, step: int, max_elements: int) -> str:
     """An observation as the model reads it (the scripted test policies parse this too)."""
     lines = [f"Observation after step {step}:", f"URL: {obs.url}"]
@@ -140,17 +132,18 @@ def observation_text(obs: Observation, step: int, max_elements: int) -> str:
 
 
 def env_task_of(task: Task, config: GuiAgentConfig) -> MiniWoBTask | PageTask:
-    """The environment task a rollout task names (``Task.metadata["gui"]``)."""
-    spec = task.metadata.get(TASK_KEY)
-    if not isinstance(spec, Mapping):
-        raise ValueError(f"task {task.id}: no metadata[{TASK_KEY!r}] naming a MiniWoB task or URL")
-    if spec.get("miniwob"):
-        return MiniWoBTask(
-            str(spec["miniwob"]), seed=spec.get("seed"), episode_seconds=config.episode_seconds
-        )
-    if spec.get("url"):
-        return PageTask(str(spec["url"]), task.prompt)
-    raise ValueError(f"task {task.id}: metadata[{TASK_KEY!r}] has neither miniwob nor url")
+    """The environment task a rollout task names: MiniWoB's metadata
+    (:func:`~orchard.recipes.gui.miniwob.rollout_task`; its episode time limit defaults to
+    ``config.episode_seconds``) or ``metadata["url"]`` (a page and the task's prompt)."""
+    if "miniwob" in task.metadata:
+        env_task = task_from_metadata(task.metadata)
+        if env_task.episode_seconds is None and config.episode_seconds is not None:
+            env_task = dataclasses.replace(env_task, episode_seconds=config.episode_seconds)
+        return env_task
+    url = task.metadata.get("url")
+    if isinstance(url, str) and url:
+        return PageTask(url, task.prompt)
+    raise ValueError(f"task {task.id}: its metadata names neither a MiniWoB task nor a url")
 
 
 class GuiAgent:
@@ -262,7 +255,7 @@ class _Episode:
                 continue
             self.streak, self.last_ok = 0, True
             action = check.action
-            self.steps.append(Step(check.reasoning, describe(action)))
+            self.steps.append(Step(check.reasoning, describe_action(action)))
             if isinstance(action, Done):
                 self.answer = action.answer
                 self.tell("Episode finished.", check.call_id)
@@ -359,8 +352,7 @@ class _Episode:
             "malformed_streak": self.streak, "last_turn_ok": self.last_ok,
             "task_reward": reward, "task_done": bool(obs and obs.task_done),
             "truth_success": succeeded(reward) if obs is not None and obs.task_done else
-            (False if obs is not None and self.task.metadata.get(TASK_KEY, {}).get("miniwob")
-             else None),
+            (False if obs is not None and "miniwob" in self.task.metadata else None),
             "final_url": obs.url if obs is not None else None,
             "instruction": self.instruction, "actions": [s.action for s in self.steps],
             "screenshots": len(self.shots), "seconds": time.monotonic() - self.started,

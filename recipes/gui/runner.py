@@ -40,7 +40,8 @@ from orchard.rollouts import (
     run_rollouts,
 )
 
-from .agent import TASK_KEY, GuiRun
+from . import miniwob
+from .agent import GuiRun
 from .browser import browser_sandbox_options
 from .curriculum import StepCurriculum
 from .judge import EpisodeJudge, JudgeFailed
@@ -53,14 +54,14 @@ ROLLOUT_KEY = "rollout"
 
 
 def rollout_task(task: GuiTask, seed: int | None = None) -> Task:
-    """The rollout task of a GUI task: a MiniWoB page by name (and seed), or a web page."""
-    if task.kind == "miniwob":
-        spec: dict[str, Any] = {"miniwob": task.miniwob, "seed": seed}
-    else:
-        spec = {"url": task.website}
+    """The rollout task of a GUI task: a MiniWoB episode (``miniwob.rollout_task``, by name and
+    seed) or a web page (``metadata["url"]``, the instruction as the prompt)."""
+    if task.kind == "miniwob" and task.miniwob is not None:
+        base = miniwob.rollout_task(task.miniwob, seed)
+        return dataclasses.replace(base, id=task.id, metadata={**base.metadata, "site": task.site})
     return Task(
-        id=task.id, prompt=task.instruction, image=None, workdir="/tmp",
-        metadata={TASK_KEY: spec, "site": task.site},
+        id=task.id, prompt=task.instruction, workdir="/tmp",
+        metadata={"url": task.website, "site": task.site},
     )  # fmt: skip
 
 

@@ -5,12 +5,10 @@ metadata it needs. (The loop itself runs against real browsers in test_gui_live.
 from __future__ import annotations
 
 import pytest
-from orchard.recipes.gui.actions import Click, Type
 from orchard.recipes.gui.agent import (
     GuiAgent,
     GuiAgentConfig,
     _Episode,
-    describe,
     env_task_of,
     observation_text,
 )
@@ -77,16 +75,12 @@ def test_observation_text_lists_elements_with_boxes() -> None:
     assert 'value="abc"' in observation_text(_obs(0), 0, max_elements=5)
 
 
-def test_actions_read_as_calls() -> None:
-    assert describe(Click(0.5, 0.25)) == "click(x=0.5, y=0.25)"
-    assert describe(Type("hi")) == "type(text='hi')"
-
-
 def test_the_rollout_task_names_the_environment_task() -> None:
     config = GuiAgentConfig(episode_seconds=120.0)
     task = rollout_task(miniwob_task("click-button"), seed=4)
     assert env_task_of(task, config) == MiniWoBTask("click-button", 4, 120.0)
     web = rollout_task(GuiTask("w", "web", "Find the hours", "https://louvre.fr"))
     assert env_task_of(web, config) == PageTask("https://louvre.fr", "Find the hours")
-    with pytest.raises(ValueError, match="no metadata"):
+    assert task.image is not None and task.image.startswith("gui-browser:")
+    with pytest.raises(ValueError, match="neither a MiniWoB task nor a url"):
         env_task_of(Task("x", "y"), config)

@@ -193,7 +193,7 @@ def test_rounds_move_the_budget_and_a_browser_crash_aborts(tmp_path: Path) -> No
         def kill() -> None:
             with orchard.Orchard(stack.endpoint, key) as client:
                 (info,) = [s for s in client.sandboxes.list() if s.state in ("ready", "claimed")]
-                client.sandboxes.connect(info.id).exec(["sh", "-c", CRASH], timeout=30)
+                client.sandboxes.connect(info.id).exec(CRASH, timeout=30)
 
         policy.kill = kill
         out = tmp_path / "rounds"
