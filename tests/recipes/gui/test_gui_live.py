@@ -118,7 +118,7 @@ def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> 
         assert (r["status"], r["reward"], r["dropped"]) == ("completed", 1.0, None), r["fault"]
         assert r["reward_detail"]["stop_reason"] == "env_done"
         assert r["reward_detail"]["judge_success"] is True and r["reward_detail"]["format_ok"]
-    assert good["miniwob/click-checkboxes"]["steps"] >= 2
+    assert good["miniwob/click-checkboxes"]["steps"] >= 4  # seed 3: three boxes, then Submit
     assert good["miniwob/enter-text"]["steps"] == 2
     # the judge outage: dropped, not zero
     focus = good["miniwob/focus-text"]
@@ -141,6 +141,12 @@ def test_the_recipe_solves_miniwob_tasks_and_scores_failures(tmp_path: Path) -> 
                 rid
             )
             assert all(sum(s["loss_mask"]) > 0 for s in group)
+    # the first three calls stitch into one sample; once a screenshot leaves the context
+    # (k = 3) the history is rewritten and each later call is a branch of its own
+    steps = good["miniwob/click-checkboxes"]["steps"]
+    boxes = sorted(by_rollout["miniwob/click-checkboxes#0"], key=lambda s: s["sample_index"])
+    assert [s["calls"] for s in boxes] == [[0, 1, 2]] + [[i] for i in range(3, steps)]
+    assert [s["root"]["reason"] for s in boxes] == ["first"] + ["prefix_changed"] * (steps - 3)
     sft = _rows(tmp_path / "good" / "samples.sft.jsonl")
     assert {s["rollout_id"] for s in sft} == {f"miniwob/{n}#0" for n in GOOD[:4]}
     shots = sorted((tmp_path / "good" / "screenshots").glob("*.png"))
