@@ -53,7 +53,7 @@ import orchard
 from orchard.rollouts import HarnessRun, Limits, ModelEndpoint, Status, Task
 
 from .actions import TOOLS, BadAction, Done, describe_action
-from .browser import BrowserCrashed, BrowserEnv, Observation, PageTask
+from .browser import BrowserCrashed, BrowserEnv, Observation, PageTask, Transport
 from .judge import Episode, Step, data_url
 from .miniwob import MiniWoBTask, succeeded, task_from_metadata
 from .reward import check_format
@@ -99,7 +99,7 @@ class GuiAgentConfig:
     request_timeout: float = 600.0
     sampling: Mapping[str, Any] = field(default_factory=dict)
     """Extra Chat body fields (``temperature``, ``max_tokens``, ...)."""
-    transport: str = "port"
+    transport: Transport = "port"
     """How the driver reaches the browser server (``port`` or ``exec``, see BrowserEnv)."""
 
 
@@ -108,8 +108,7 @@ class GuiRun(HarnessRun):
     """A :class:`HarnessRun` with what the grader needs (the judge's view of the episode)."""
 
     episode: Episode | None = None
-    screenshots: list[tuple[int, bytes]] = field(default_factory=list)
-    """(step, PNG) of the last ``judge_screenshots`` observations."""
+    """The judge's view: task, steps, answer, the last ``judge_screenshots`` screenshots."""
 
 
 def observation_text(obs: Observation, step: int, max_elements: int) -> str:
@@ -187,7 +186,7 @@ class GuiAgent:
             env_task = env_task_of(task, self.config)
         except ValueError as err:
             return GuiRun(Status.ABORTED, fault=f"task: {err}")
-        env = BrowserEnv(sandbox, transport=self.config.transport)  # type: ignore[arg-type]
+        env = BrowserEnv(sandbox, transport=self.config.transport)
         episode = _Episode(self, task, model, limits)
         try:
             try:
@@ -359,10 +358,7 @@ class _Episode:
             "timing": {"model_s": self.model_seconds, "env_s": self.env_seconds},
         }  # fmt: skip
         episode = Episode(self.instruction, list(self.steps), self.answer, reason, shots)
-        return GuiRun(
-            status, self.calls, submission, self.transcript(), fault, detail,
-            episode=episode, screenshots=shots,
-        )  # fmt: skip
+        return GuiRun(status, self.calls, submission, self.transcript(), fault, detail, episode)
 
     # ---- the model -----------------------------------------------------------------
 

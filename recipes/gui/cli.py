@@ -48,6 +48,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from orchard.recipes.swe.tasks import TaskRowError, read_rows
+
 import orchard
 from orchard.rollouts import Limits, ModelProxyClient, local_proxy_url
 
@@ -216,8 +218,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def filter_command(args: argparse.Namespace) -> int:
-    from orchard.recipes.swe.tasks import TaskRowError
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -242,8 +242,6 @@ def filter_command(args: argparse.Namespace) -> int:
         stages.append(f.SemanticDedup(MiniLM(), args.dedup_threshold))
     report = f.run_filters(tasks, stages)
     kept = {t.id for t in report.kept}
-    from orchard.recipes.swe.tasks import read_rows
-
     rows = [raw for _, raw in read_rows(args.tasks) if str(raw.get("task_id")) in kept]
     _write_jsonl(out / "kept.jsonl", rows)
     (out / "filter_report.json").write_text(json.dumps(report.as_dict(), indent=2) + "\n")

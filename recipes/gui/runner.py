@@ -125,7 +125,7 @@ class Grader:
             raise TypeError(
                 f"the GUI grader needs a GuiRun with an episode, got {type(run).__name__}"
             )
-        self.screenshots[key] = list(run.screenshots)
+        self.screenshots[key] = list(run.episode.screenshots)
         detail = dict(run.detail)
         truth = detail.get("truth_success")
         try:
