@@ -233,7 +233,7 @@ def test_rounds_move_the_budget_and_a_browser_crash_aborts(tmp_path: Path) -> No
 
 @pytest.mark.skipif(
     not os.environ.get("ORCHARD_TEST_GUI_JUDGE_URL"),
-    reason="opt-in: ORCHARD_TEST_GUI_JUDGE_URL (and _MODEL, _KEY) name a real vision judge",
+    reason="optional: ORCHARD_TEST_GUI_JUDGE_URL (and _MODEL, _KEY) name a real vision judge",
 )
 def test_a_real_judge_against_miniwob_ground_truth(tmp_path: Path) -> None:
     """The agreement of a real judge (any OpenAI-compatible vision model) with MiniWoB's
