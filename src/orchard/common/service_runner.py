@@ -62,6 +62,7 @@ CONTROL_PLANE_SERVER_OPTIONS = [
 clients of long-lived channels, and one connection may carry thousands of calls
 (a trainer's creates at once); the executor and rewards set their own."""
 
+
 def _with_defaults(
     options: Sequence[tuple[str, Any]], defaults: Sequence[tuple[str, Any]]
 ) -> list[tuple[str, Any]]:
