@@ -80,6 +80,20 @@ class CallAuthorizer:
             raise _token_invalid("malformed token") from None
         self._verified_claims(token, sandbox_id)
 
+    def revoke(self, sandbox_id: str, notice: str) -> tuple[str, float]:
+        """Apply a revocation notice for ``sandbox_id`` (signed with its own key): every
+        token of its tenant issued before its moment is refused from the next call on,
+        remembered ones included. Returns (tenant, before)."""
+        check_sandbox_id(sandbox_id)
+        if len(notice) > MAX_TOKEN_CHARS:
+            raise _notice_invalid("notice is too long")
+        try:
+            tenant, before = self._signer.verify_revocation(notice, sandbox_id, now=self._clock())
+            self._signer.revocations.note(tenant, before)
+        except TokenError as exc:
+            raise _notice_invalid(str(exc)) from None
+        return tenant, before
+
     def _verified_claims(self, token: str, sandbox_id: str) -> TokenClaims:
         key = (token, sandbox_id)
         claims = self._verified.get(key)
@@ -101,6 +115,10 @@ class CallAuthorizer:
             self._verified.clear()
         self._verified[key] = claims
         return claims
+
+
+def _notice_invalid(message: str) -> ServiceError:
+    return unauthenticated(f"revocation notice refused: {message}", "REVOCATION_INVALID")
 
 
 def _token_invalid(message: str) -> ServiceError:

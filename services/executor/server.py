@@ -22,7 +22,12 @@ from orchard.common.errors import invalid
 from orchard.common.observability import ServerObservability
 from orchard.common.service_runner import ServiceRunner, wait_for_stop_signal
 from orchard.common.tls import server_credentials
-from orchard.common.tokens import Keyring, Revocations, TokenVerifier, decode_sandbox_keys
+from orchard.common.tokens import (
+    Revocations,
+    TokenError,
+    TokenVerifier,
+    decode_sandbox_keys,
+)
 from orchard.common.undecodable import UndecodableRequests
 
 from .auth import CallAuthorizer
@@ -181,6 +186,11 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         log.info("kill-all", sandbox_id=request.sandbox_id, signal=signal, killed=killed)
         return pb.KillAllResponse(killed=killed)
 
+    async def Revoke(self, request: pb.RevokeRequest, context: Context) -> pb.RevokeResponse:
+        tenant, before = self._authorizer.revoke(request.sandbox_id, request.notice)
+        log.info("tokens revoked", sandbox_id=request.sandbox_id, tenant=tenant, before=before)
+        return pb.RevokeResponse()
+
     # ----------------------------------------------------------------- files
 
     async def _data_chunks(
@@ -316,18 +326,23 @@ async def _pump_requests(
 
 def token_verifier(settings: ExecutorSettings) -> TokenVerifier:
     """How this executor checks tokens. Node mode: the node's keyring and the tenants'
-    revocations. Injected mode: what ``run/token.key`` held, which is this sandbox's own
-    keys (local injected runtime: JSON from ``tokens.encode_sandbox_keys``) or, from the
-    Helm chart's Secret, the deployment's single key (raw bytes, key id ``k0``)."""
+    revocations. Injected mode (the local injected runtime, a Kubernetes pod): what
+    ``run/token.key`` held, which is this sandbox's own keys (JSON from
+    ``tokens.encode_sandbox_keys``) and nothing else; revocations reach it as notices
+    (``Revoke``). A node key handed to an injected executor is refused: it would let
+    whoever reads it out of the sandbox mint tokens for every other sandbox."""
     if settings.token_key is None:
         layout = settings.layout
         return TokenVerifier(
             keyring=layout.keyring_file(), revocations=Revocations(layout.revocations)
         )
-    if settings.token_key.lstrip().startswith(b"{"):
-        sandbox_id, keys = decode_sandbox_keys(settings.token_key)
-        return TokenVerifier.for_sandbox(sandbox_id, keys)
-    return TokenVerifier(keyring=Keyring.single(settings.token_key))
+    if not settings.token_key.lstrip().startswith(b"{"):
+        raise TokenError(
+            "run/token.key is not this sandbox's own keys (tokens.encode_sandbox_keys): an "
+            "injected executor never takes a node key"
+        )
+    sandbox_id, keys = decode_sandbox_keys(settings.token_key)
+    return TokenVerifier.for_sandbox(sandbox_id, keys)
 
 
 def server_options(settings: ExecutorSettings) -> list[tuple[str, Any]]:

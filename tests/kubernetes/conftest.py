@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 
 import pytest
 from orchard.scheduler.backends.kubernetes import KubernetesBackend, KubernetesSettings, PodTemplate
+
+from orchard.common.tokens import Keyring
 
 from .fake_apiserver import FakeApiServer
 
@@ -19,6 +22,11 @@ def fake_api() -> Iterator[FakeApiServer]:
         yield server
     finally:
         server.stop()
+
+
+def random_keyring() -> Keyring:
+    """A node keyring of one random key, for backend tests that sign no tokens."""
+    return Keyring.single(secrets.token_bytes(32))
 
 
 def fake_settings(server: FakeApiServer, **overrides: object) -> KubernetesSettings:
@@ -40,6 +48,6 @@ def fake_settings(server: FakeApiServer, **overrides: object) -> KubernetesSetti
 
 
 async def started_backend(server: FakeApiServer, **overrides: object) -> KubernetesBackend:
-    backend = KubernetesBackend(fake_settings(server, **overrides))
+    backend = KubernetesBackend(fake_settings(server, **overrides), keyring=random_keyring())
     await backend.start()
     return backend

@@ -1,13 +1,15 @@
 """A FAKE Kubernetes API server for offline tests (no cluster can run on these machines).
 
 It speaks enough of the real HTTP API for the real ``kubernetes`` client:
-pods, NetworkPolicies and ConfigMaps (create, get, list, replace, JSON merge patch,
+pods, NetworkPolicies, ConfigMaps and Secrets (create, get, list, replace, JSON merge patch,
 delete), label selectors (``=``, ``==``, ``!=``, ``in``, ``notin``, exists,
 ``!key``), list resourceVersions, watch streams (ADDED/MODIFIED/DELETED,
 including objects leaving or entering a selector), optimistic concurrency
 (409 Conflict on a stale ``metadata.resourceVersion``, 409 AlreadyExists),
 410 Gone for a watch from a compacted resourceVersion (the ERROR event the
-real server sends), and injected faults (e.g. 429 with ``Retry-After``).
+real server sends), injected faults (e.g. 429 with ``Retry-After``), and the
+garbage collector's one job the tests rely on: deleting a pod deletes the
+objects whose ``ownerReferences`` name its uid.
 
 It also plays a tiny kubelet: a new pod becomes Running and Ready with a
 loopback pod IP after ``ready_delay`` seconds, unless its image starts with
@@ -36,7 +38,7 @@ from urllib.parse import parse_qs, urlparse
 Obj = dict[str, Any]
 
 _PATH_RE = re.compile(
-    r"^/(?:api/v1|apis/networking\.k8s\.io/v1)/namespaces/(?P<ns>[^/]+)/(?P<kind>pods|networkpolicies|configmaps)(?:/(?P<name>[^/]+))?$"
+    r"^/(?:api/v1|apis/networking\.k8s\.io/v1)/namespaces/(?P<ns>[^/]+)/(?P<kind>pods|networkpolicies|configmaps|secrets)(?:/(?P<name>[^/]+))?$"
 )
 
 
@@ -248,6 +250,14 @@ class FakeApiServer:
         self._lock.notify_all()
         return copy.deepcopy(obj)
 
+    def _collect_garbage(self, namespace: str, owner_uid: str | None) -> None:
+        """What the garbage collector does (later, in a real cluster): remove the objects
+        owned by a deleted one."""
+        for key, obj in list(self._objects.items()):
+            owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+            if key[1] == namespace and any(o.get("uid") == owner_uid for o in owners):
+                self._commit(key, "DELETED", copy.deepcopy(obj), obj)
+
     def _kubelet_start(self, namespace: str, name: str) -> None:
         with self._lock:
             pod = self._objects.get(("pods", namespace, name))
@@ -415,6 +425,7 @@ class FakeApiServer:
                     "pods": "PodList",
                     "networkpolicies": "NetworkPolicyList",
                     "configmaps": "ConfigMapList",
+                    "secrets": "SecretList",
                 }[kind]
                 self._send(
                     200,
@@ -494,6 +505,7 @@ class FakeApiServer:
                         self._status(404, "NotFound", f'{kind} "{name}" not found')
                         return
                     gone = server._commit((kind, ns, name), "DELETED", copy.deepcopy(old), old)
+                    server._collect_garbage(ns, old["metadata"].get("uid"))
                 self._send(200, gone)
 
             def _watch(self, ns: str, kind: str, query: dict[str, str]) -> None:

@@ -17,7 +17,7 @@ from orchard.scheduler.backends.registry import load_backend
 from orchard.scheduler.settings import SchedulerSettings
 
 from . import lifecycle
-from .conftest import NAMESPACE, started_backend
+from .conftest import NAMESPACE, random_keyring, started_backend
 from .fake_apiserver import FakeApiServer, parse_selector, selector_matches
 
 pytestmark = pytest.mark.timeout(60)
@@ -139,7 +139,7 @@ def test_429_with_retry_after_is_retried(fake_api: FakeApiServer) -> None:
         assert made.running
         assert backend.api.retries == 2
         assert waited >= 2.0, f"Retry-After: 1 twice, yet only {waited:.2f} s passed"
-        posts = [p for meth, p in fake_api.requests if meth == "POST"]
+        posts = [p for meth, p in fake_api.requests if meth == "POST" and p.endswith("/pods")]
         assert len(posts) == 3
         await backend.delete(sid)
         await backend.close()
@@ -301,7 +301,9 @@ def test_load_backend_by_name_makes_a_kubernetes_backend(
     backend = load_backend("kubernetes", SchedulerSettings(home=tmp_path, backend="kubernetes"))
     assert isinstance(backend, KubernetesBackend) and backend.name == "kubernetes"
     assert backend.settings.api_host == fake_api.url
-    check_capabilities(KubernetesBackend(KubernetesSettings(api_host=fake_api.url)))
+    check_capabilities(
+        KubernetesBackend(KubernetesSettings(api_host=fake_api.url), keyring=random_keyring())
+    )
     assert fake_api.requests == []  # no I/O until start()
 
 

@@ -42,6 +42,7 @@ from orchard.scheduler.backends.netpolicy.settings import EgressLimits
 from orchard._proto.orchard.v1 import sandbox_pb2, sandbox_pb2_grpc
 from orchard.common.internal_pki import InternalPKI
 from orchard.common.quotas import Quota, QuotaTable
+from orchard.common.tokens import Revocations
 
 from .lookup_apiserver import LookupApiServer
 from .test_helm_chart import CHART, RELEASE_NS, render
@@ -101,7 +102,7 @@ def _tenants(*hashes: str) -> dict[str, Any]:
     return {
         "tenants": [
             {"name": "research", "apiKeySha256": list(hashes), "quota": {"max_sandboxes": 3}},
-            {"name": "revoked", "apiKeySha256": []},
+            {"name": "revoked", "apiKeySha256": [], "revokedBefore": 1796190000},
         ],
         "defaultQuota": {"create_rate": 5},
     }
@@ -112,13 +113,16 @@ def _tenants(*hashes: str) -> dict[str, Any]:
 
 def test_the_rendered_tenants_are_what_the_gateways_loaders_read(tmp_path: Path) -> None:
     files = _files(_secret(render(_tenants(OLD_HASH)), "orchard-tenants"))
-    assert set(files) == {"api_keys.json", "quotas.json"}
+    assert set(files) == {"api_keys.json", "quotas.json", "revocations.json"}
     project_secret(tmp_path, files)
     auth = ApiKeyAuth(tmp_path / "api_keys.json")
     assert auth.tenant_for(f"Bearer {OLD_KEY}") == "research"
     table = QuotaTable.parse((tmp_path / "quotas.json").read_text())
     assert table.for_tenant("research") == Quota(max_sandboxes=3, create_rate=5)
     assert table.for_tenant("anyone-else") == Quota(create_rate=5)
+    # What the scheduler pushes to the revoked tenant's pods (revocation_push).
+    revocations = Revocations(tmp_path / "revocations.json")
+    assert revocations.table() == {"revoked": 1796190000.0}
 
 
 def test_the_chart_refuses_tenant_values_the_gateway_could_not_use() -> None:
@@ -133,6 +137,10 @@ def test_the_chart_refuses_tenant_values_the_gateway_could_not_use() -> None:
         (
             {"tenants": _tenants(OLD_HASH)["tenants"], "tenantsExistingSecret": "mine"},
             "both set",
+        ),
+        (
+            {"tenants": [{"name": "a", "apiKeySha256": OLD_HASH, "revokedBefore": "soon"}]},
+            "is not unix seconds",
         ),
     ]
     for values, message in cases:
@@ -289,10 +297,9 @@ def test_upgrades_keep_the_token_key_a_first_install_made() -> None:
     key = base64.b64encode(b"k" * 32).decode()
     api = LookupApiServer().start()
     try:
-        for namespace in (RELEASE_NS, "orchard-sandboxes"):
-            api.put_secret(
-                namespace, "orchard-executor-token", {"token.key": key}, ("orchard", RELEASE_NS)
-            )
+        api.put_secret(
+            RELEASE_NS, "orchard-executor-token", {"token.key": key}, ("orchard", RELEASE_NS)
+        )
         values = _tenants(OLD_HASH)
         renders = [_dry_run_install(api, values) for _ in range(2)]
         assert f"GET /api/v1/namespaces/{RELEASE_NS}/secrets/orchard-executor-token" in (
@@ -302,8 +309,7 @@ def test_upgrades_keep_the_token_key_a_first_install_made() -> None:
     finally:
         api.stop()
     for docs in renders:
-        for namespace in (RELEASE_NS, "orchard-sandboxes"):
-            assert _secret(docs, "orchard-executor-token", namespace)["data"]["token.key"] == key
+        assert _secret(docs, "orchard-executor-token", RELEASE_NS)["data"]["token.key"] == key
 
 
 def test_an_existing_token_secret_is_used_and_none_rendered() -> None:
@@ -311,8 +317,6 @@ def test_an_existing_token_secret_is_used_and_none_rendered() -> None:
     assert not [d for d in docs if d["metadata"]["name"] == "orchard-executor-token"]
     scheduler = _deployment(docs, "orchard-scheduler")
     pod = scheduler["spec"]["template"]["spec"]
-    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
-    assert env["ORCHARD_K8S_TOKEN_SECRET"] == "my-token"  # what sandbox pods mount
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["token"]["secret"]["secretName"] == "my-token"
 

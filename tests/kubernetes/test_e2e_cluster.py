@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 
 import pytest
 from orchard.scheduler.backends.kubernetes import KubernetesBackend, KubernetesSettings, PodTemplate
+
+from orchard.common.tokens import Keyring
 
 from . import lifecycle
 
@@ -39,7 +42,7 @@ def _settings() -> KubernetesSettings:
 
 
 async def _make() -> KubernetesBackend:
-    backend = KubernetesBackend(_settings())
+    backend = KubernetesBackend(_settings(), keyring=Keyring.single(secrets.token_bytes(32)))
     await backend.start()
     return backend
 

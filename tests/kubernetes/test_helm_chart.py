@@ -113,7 +113,10 @@ def test_rbac_is_least_privilege(rendered: tuple[dict[str, Any], list[dict[str, 
         for g in rule["apiGroups"]
         for r in rule["resources"]
     }
-    assert granted == {("", "pods"), ("networking.k8s.io", "networkpolicies")}
+    # Secrets: each sandbox pod's own token Secret, by name (no list or watch).
+    assert granted == {("", "pods"), ("", "secrets"), ("networking.k8s.io", "networkpolicies")}
+    secret_rules = [r for r in roles[sandbox_ns]["rules"] if r["resources"] == ["secrets"]]
+    assert [sorted(r["verbs"]) for r in secret_rules] == [["create", "delete", "get", "patch"]]
     # In its own namespace: only the egress table ConfigMap (create cannot name it).
     table_rules = roles[RELEASE_NS]["rules"]
     assert all(rule["resources"] == ["configmaps"] for rule in table_rules)
@@ -153,15 +156,21 @@ def test_sandbox_network_policies_equal_the_backends(
     )
 
 
-def test_one_token_key_in_both_namespaces() -> None:
+def test_the_node_token_key_stays_out_of_the_sandbox_namespace() -> None:
+    """Sandbox pods get keys derived for them (their own Secrets, made by the scheduler);
+    the node key a pod could read would mint tokens for every sandbox."""
     docs = render()
     secrets = [
         d
         for d in docs
         if d["kind"] == "Secret" and d["metadata"]["name"] == "orchard-executor-token"
     ]
-    assert {s["metadata"]["namespace"] for s in secrets} == {RELEASE_NS, "orchard-sandboxes"}
-    assert len({s["data"]["token.key"] for s in secrets}) == 1
+    assert {s["metadata"]["namespace"] for s in secrets} == {RELEASE_NS}
+    assert not [
+        d
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"]["namespace"] == "orchard-sandboxes"
+    ]
 
 
 def test_pools_config_parses(

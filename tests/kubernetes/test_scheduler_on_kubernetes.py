@@ -25,6 +25,7 @@ from orchard.scheduler.backends.netpolicy.k8s import PROXY_CONFIGMAP
 from orchard.scheduler.settings import PoolSettings, SchedulerSettings
 
 from orchard._proto.orchard.v1 import common_pb2, pools_pb2, sandbox_pb2
+from orchard.common.layout import NodeLayout
 from tests.scheduler.conftest import ControlPlane, start_control_plane
 
 from .conftest import NAMESPACE, fake_settings
@@ -63,7 +64,10 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 10.0) -> Any:
 @pytest.fixture
 def plane(tmp_path: Path, fake_api: FakeApiServer) -> Iterator[ControlPlane]:
     (tmp_path / "templates.toml").write_text(TEMPLATES)
-    backend = KubernetesBackend(fake_settings(fake_api, control_namespace=CONTROL_NAMESPACE))
+    backend = KubernetesBackend(
+        fake_settings(fake_api, control_namespace=CONTROL_NAMESPACE),
+        keyring=NodeLayout(tmp_path).keyring_file(),  # the scheduler's own (same home)
+    )
 
     def settings(home: Path) -> SchedulerSettings:
         # No node executor on Kubernetes: every address must come from a pod.
@@ -364,7 +368,8 @@ def test_an_allowlist_inside_the_cluster_is_refused_before_any_pod(
     tmp_path: Path, fake_api: FakeApiServer
 ) -> None:
     backend = KubernetesBackend(
-        fake_settings(fake_api, cluster_cidrs=("10.244.0.0/16", "10.96.0.0/12"))
+        fake_settings(fake_api, cluster_cidrs=("10.244.0.0/16", "10.96.0.0/12")),
+        keyring=NodeLayout(tmp_path).keyring_file(),
     )
 
     def settings(home: Path) -> SchedulerSettings:

@@ -30,7 +30,7 @@ from orchard.scheduler.lifecycle import SandboxLifecycle
 from orchard.scheduler.settings import SchedulerSettings
 from orchard.scheduler.store import SandboxStore
 
-from orchard.common.tokens import TokenSigner
+from orchard.common.tokens import Keyring, TokenSigner
 from tests.control.fake_backend import FakeBackend
 
 
@@ -80,7 +80,9 @@ def test_a_declaration_without_its_methods_is_refused_at_start(tmp_path: Path) -
 
 def test_the_real_backends_declare_what_they_implement(tmp_path: Path) -> None:
     local = LocalBackend(LocalSettings(home=tmp_path, sandbox_disk_bytes=0, userns=False))
-    kube = KubernetesBackend(KubernetesSettings(api_host="http://127.0.0.1:1"))
+    kube = KubernetesBackend(
+        KubernetesSettings(api_host="http://127.0.0.1:1"), keyring=Keyring.single(b"k" * 32)
+    )
     for backend in (local, kube):
         check_capabilities(backend)
     assert local.capabilities == {

@@ -81,7 +81,9 @@ def _kubernetes(node: NodeSettings) -> Backend:
         settings = KubernetesSettings.from_env(node.home)
     except PodSettingsError as err:
         raise BackendError.invalid(f"kubernetes backend: {err}") from err
-    return KubernetesBackend(settings)
+    from orchard.common.layout import NodeLayout
+
+    return KubernetesBackend(settings, keyring=NodeLayout(node.home).keyring_file())
 
 
 BACKENDS: dict[str, Callable[[NodeSettings], Backend]] = {

@@ -21,7 +21,12 @@ Why each part:
   before T are void" (written when a tenant is revoked or its key rotated);
   verifiers re-read it when it changes (at most once per
   :data:`REVOCATION_CHECK_SECONDS`), so a revoked tenant's tokens stop working
-  within about a second on the node executor.
+  within about a second on the node executor. An executor with no such file (a
+  Kubernetes pod's) is told instead: the scheduler pushes a **revocation notice**
+  (``r1.<kid>.<sandbox_id>.<tenant>.<before_ms>.<signature>``, signed like a
+  token with the sandbox's own key, so only the holder of that key can make one:
+  the scheduler, or the sandbox voiding its own tokens) to each of the tenant's
+  sandboxes (:meth:`TokenSigner.sign_revocation`, :meth:`TokenVerifier.verify_revocation`).
 - **Tenant and exec quota in the token**: the executor is the only place that
   sees execs and must enforce the tenant's concurrent-exec quota without a call
   back to the control plane; the signature makes both claims unforgeable.
@@ -41,6 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _VERSION = "v3"
+_REVOCATION_VERSION = "r1"
+MAX_NOTICE_SKEW_SECONDS = 300
+"""A revocation notice may not be dated further ahead than this (a clock skew bound)."""
 KEY_BYTES = 32
 LEGACY_KID = "k0"
 """The key id of a node key made before keyrings (``secrets/token.key``)."""
@@ -234,10 +242,29 @@ class Revocations:
         self._mtime_ns = -2
         self._checked = 0.0
         self._before: dict[str, float] = {}
+        self._noted: dict[str, float] = {}
+
+    def note(self, tenant: str, before: float) -> None:
+        """Void ``tenant``'s tokens issued before ``before`` (a pushed notice; only grows)."""
+        if len(self._noted) >= 65_536 and tenant not in self._noted:
+            raise TokenError("too many revoked tenants noted")
+        self._noted[tenant] = max(before, self._noted.get(tenant, 0.0))
 
     def revoked_before(self, tenant: str) -> float:
-        if self.path is None:
-            return 0.0
+        noted = self._noted.get(tenant, 0.0)
+        return max(noted, self._from_file(tenant)) if self.path is not None else noted
+
+    def table(self) -> dict[str, float]:
+        """Every tenant's revocation moment known here (the file's and the noted)."""
+        if self.path is not None:
+            self._from_file("")
+        merged = dict(self._before)
+        for tenant, before in self._noted.items():
+            merged[tenant] = max(before, merged.get(tenant, 0.0))
+        return merged
+
+    def _from_file(self, tenant: str) -> float:
+        assert self.path is not None
         now = time.monotonic()
         if now - self._checked >= REVOCATION_CHECK_SECONDS:
             self._checked = now
@@ -334,6 +361,29 @@ class TokenVerifier:
         derived = self._derived[(kid, sandbox_id)] = derive_sandbox_key(node_key, sandbox_id)
         return derived
 
+    def verify_revocation(
+        self, notice: str, sandbox_id: str, now: float | None = None
+    ) -> tuple[str, float]:
+        """(tenant, before) of a revocation notice for ``sandbox_id``; :class:`TokenError`
+        unless its signature is this sandbox's."""
+        parts = notice.split(".")
+        if not notice.isascii() or len(parts) != 6 or parts[0] != _REVOCATION_VERSION:
+            raise TokenError("malformed revocation notice")
+        _, kid, notice_sandbox, tenant_b64, before_text, sig = parts
+        if notice_sandbox != sandbox_id:
+            raise TokenError("revocation notice is for another sandbox")
+        key = self._key(kid, sandbox_id)
+        if key is None:
+            raise TokenError("revocation notice signed with an unknown key")
+        if not hmac.compare_digest(sig, _mac(key, notice.rsplit(".", 1)[0])):
+            raise TokenError("revocation notice signature does not match")
+        if not before_text.isdigit() or len(before_text) > 16:
+            raise TokenError("malformed revocation notice")
+        before = int(before_text) / 1000
+        if before > (time.time() if now is None else now) + MAX_NOTICE_SKEW_SECONDS:
+            raise TokenError("revocation notice is dated in the future")
+        return _unb64(tenant_b64), before
+
     def verify(self, token: str, sandbox_id: str, now: float | None = None) -> TokenClaims:
         """The token's claims; :class:`TokenError` unless it is valid for ``sandbox_id``.
 
@@ -411,6 +461,19 @@ class TokenSigner(TokenVerifier):
         )
         key = derive_sandbox_key(ring.keys[kid], sandbox_id)
         return f"{payload}.{_mac(key, payload)}", expiry
+
+    def sign_revocation(
+        self, sandbox_id: str, tenant: str, before: float, *, created: float | None = None
+    ) -> str:
+        """A notice telling ``sandbox_id``'s own executor that ``tenant``'s tokens issued
+        before ``before`` (unix seconds) are void; signed with the key its tokens use."""
+        ring = self.ring.ring()
+        kid = ring.kid_for(created)
+        payload = (
+            f"{_REVOCATION_VERSION}.{kid}.{sandbox_id}.{_b64(tenant)}.{max(0, int(before * 1000))}"
+        )
+        key = derive_sandbox_key(ring.keys[kid], sandbox_id)
+        return f"{payload}.{_mac(key, payload)}"
 
 
 def encode_sandbox_keys(sandbox_id: str, keys: Mapping[str, bytes]) -> bytes:

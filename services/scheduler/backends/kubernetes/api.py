@@ -114,7 +114,7 @@ def build_api_client(settings: KubernetesSettings) -> k8s.ApiClient:
 
 
 class KubeApi:
-    """Pod and NetworkPolicy calls in one namespace."""
+    """Pod, NetworkPolicy and Secret calls in one namespace."""
 
     def __init__(
         self,
@@ -279,6 +279,40 @@ class KubeApi:
     async def delete_network_policy(self, name: str) -> bool:
         try:
             await self._run(self.net.delete_namespaced_network_policy, name, self.namespace)
+        except NotFound:
+            return False
+        return True
+
+    # ---- sandboxes' own token Secrets ---------------------------------------------
+
+    async def create_secret(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create ``manifest``; an existing Secret of that name is returned as it is (a
+        retried create of the same sandbox: the caller checks it is its own)."""
+        try:
+            result: dict[str, Any] = await self._run(
+                self.core.create_namespaced_secret, self.namespace, manifest
+            )
+            return result
+        except Conflict:
+            name = manifest["metadata"]["name"]
+            current: dict[str, Any] = await self._run(
+                self.core.read_namespaced_secret, name, self.namespace
+            )
+            return current
+
+    async def patch_secret(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._run(
+            self.core.patch_namespaced_secret,
+            name,
+            self.namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+        return result
+
+    async def delete_secret(self, name: str) -> bool:
+        try:
+            await self._run(self.core.delete_namespaced_secret, name, self.namespace)
         except NotFound:
             return False
         return True

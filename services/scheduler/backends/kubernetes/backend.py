@@ -6,6 +6,12 @@ replicas (``create_pool_member``, ``claim``), the executor's address at the pod
 IP (``executor_address``), the reason a pod failed (``failure``), and the
 sandbox NetworkPolicies (``ensure_network_policies``).
 
+Each sandbox pod gets its own token keys (derived for it from each of the node's
+key ids) in its own Secret, owned by the pod; the node's keyring stays with the
+scheduler (``keyring``), so a key read out of one pod cannot mint tokens for another
+sandbox. Revoked tenants' tokens are refused by their pods within about a second of
+the scheduler seeing the revocation (``revocation_push``).
+
 Nothing is stored outside the cluster: after a restart ``start()`` lists the
 pods and ``recover()`` returns every sandbox with its tenant, pool, claim and
 spec, so any replica can rebuild its view.
@@ -14,12 +20,21 @@ spec, so any replica can rebuild its view.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import structlog
+
+from orchard.common.tokens import (
+    Keyring,
+    KeyringFile,
+    TokenSigner,
+    derive_sandbox_key,
+    encode_sandbox_keys,
+)
 
 from ..base import (
     CLAIMED_ELSEWHERE,
@@ -43,6 +58,7 @@ from .api import Conflict, KubeApi, NotFound, build_api_client
 from .claims import ClaimStats, claim_from_pool, claim_patch
 from .pod_cache import PodCache
 from .pod_status import PodState, pod_state
+from .revocation_push import RevocationPusher
 from .settings import KubernetesSettings, PodTemplate
 
 log = structlog.get_logger("orchard.scheduler.kubernetes")
@@ -62,14 +78,26 @@ class KubernetesBackend:
         settings: KubernetesSettings,
         api_client: Any = None,
         clock: Callable[[], float] = time.time,
+        *,
+        keyring: Keyring | KeyringFile,
     ) -> None:
         # No I/O here: the client and the cache are made in start().
         self.settings = settings
+        self.keyring = keyring
+        """The node's token keys (the scheduler signs with the same): each pod's keys are
+        derived from them; they never enter a pod."""
         self._api_client = api_client
         self._clock = clock
         self._api: KubeApi | None = None
         self._cache: PodCache | None = None
         self.claim_stats = ClaimStats()
+        self.revocations = RevocationPusher(
+            settings.revocations_file,
+            TokenSigner(keyring),
+            lambda: self._cache,
+            settings.executor_port,
+            settings.revocation_check_seconds,
+        )
 
     # ---- life -------------------------------------------------------------------
 
@@ -82,8 +110,10 @@ class KubernetesBackend:
         cache = PodCache(self._api, m.SANDBOX_SELECTOR)
         await cache.start()
         self._cache = cache
+        self.revocations.start()
 
     async def close(self) -> None:
+        await self.revocations.stop()
         if self._cache is not None:
             await self._cache.stop()
             self._cache = None
@@ -193,17 +223,39 @@ class KubernetesBackend:
         # The per-sandbox allow rules go first: the class policies deny until they exist.
         for policy in egress:
             await api.apply_network_policy(policy)
+        secret = m.sandbox_token_secret(
+            spec.sandbox_id, self.settings.namespace, self.sandbox_token_keys(spec.sandbox_id)
+        )
+        owner: str | None = None
         try:
-            cache.observe(await api.create_pod(manifest))
-        except Conflict as exc:
-            # A retried create of the same id (the scheduler's create is idempotent):
-            # adopt the pod if it is ours, never a stranger's.
-            existing = await api.get_pod(spec.sandbox_id)
-            labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
-            if labels.get(m.SANDBOX_ID) != spec.sandbox_id:
-                raise BackendError.failure(f"pod {spec.sandbox_id} exists: {exc.message}") from None
-            assert existing is not None
-            cache.observe(existing)
+            made = await api.create_secret(secret)
+            owner = ((made.get("metadata") or {}).get("labels") or {}).get(m.SANDBOX_ID)
+            if owner != spec.sandbox_id:
+                raise BackendError.failure(
+                    f"secret {m.token_secret_name(spec.sandbox_id)} exists and is not this "
+                    "sandbox's"
+                )
+            try:
+                created = await api.create_pod(manifest)
+            except Conflict as exc:
+                # A retried create of the same id (the scheduler's create is idempotent):
+                # adopt the pod if it is ours, never a stranger's.
+                existing = await api.get_pod(spec.sandbox_id)
+                labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+                if existing is None or labels.get(m.SANDBOX_ID) != spec.sandbox_id:
+                    raise BackendError.failure(
+                        f"pod {spec.sandbox_id} exists: {exc.message}"
+                    ) from None
+                created = existing
+            cache.observe(created)
+            # Owned by its pod: the garbage collector removes it with the pod, however the
+            # pod goes (deleted by hand, evicted, or with this scheduler gone).
+            await api.patch_secret(m.token_secret_name(spec.sandbox_id), m.owned_by_pod(created))
+        except BaseException:
+            if cache.get(spec.sandbox_id) is None and owner == spec.sandbox_id:
+                with contextlib.suppress(BackendError):
+                    await api.delete_secret(m.token_secret_name(spec.sandbox_id))
+            raise
         ready = await self._wait_ready(spec.sandbox_id)
         if spec.network.networked:
             try:
@@ -212,6 +264,13 @@ class KubernetesBackend:
                 await self._discard(spec.sandbox_id)
                 raise
         return ready
+
+    def sandbox_token_keys(self, sandbox_id: str) -> bytes:
+        """What the sandbox's executor gets: its own key for each of the node's key ids
+        (the node keys themselves never leave the scheduler)."""
+        ring = self.keyring.ring()
+        keys = {kid: derive_sandbox_key(key, sandbox_id) for kid, key in ring.keys.items()}
+        return encode_sandbox_keys(sandbox_id, keys)
 
     async def create_pool_member(self, spec: SandboxSpec, template: str) -> BackendSandbox:
         """A free (unclaimed) warm-pool pod of ``template``."""
@@ -332,6 +391,8 @@ class KubernetesBackend:
         network = (((pod or {}).get("metadata") or {}).get("labels") or {}).get(m.NETWORK)
         await api.delete_pod(sandbox_id)
         cache.forget(sandbox_id)
+        # The owner reference would remove it too, later; at once is better.
+        await api.delete_secret(m.token_secret_name(sandbox_id))
         if network != MODE_NONE:  # networked, or unknown (pod already gone): clean up
             await api.delete_network_policy(netk8s.sandbox_egress_policy_name(sandbox_id))
             await self._publish_proxy_entry(sandbox_id, None)

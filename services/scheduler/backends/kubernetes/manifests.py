@@ -8,9 +8,15 @@ What a sandbox pod is, and why:
 
 - an init container (the executor bundle image) copies the bundle into an
   ``emptyDir`` (``/.orchard``, read-only in the task container), puts the
-  token key and ``sandbox.json`` into a second, writable ``emptyDir``
-  (``/.orchard/run``); the token Secret is mounted into the init container only,
-  and the executor removes the key file before any sandbox command runs;
+  token keys and ``sandbox.json`` into a second, writable ``emptyDir``
+  (``/.orchard/run``); the executor removes the key file before any sandbox
+  command runs;
+- the token keys come from the sandbox's **own** Secret (``<id>-token``,
+  :func:`sandbox_token_secret`, mounted into the init container only): the
+  keys derived for this sandbox from each of the node's key ids
+  (``tokens.encode_sandbox_keys``), never the node key, so a key read out of
+  one pod cannot mint tokens for another sandbox; the Secret is owned by its
+  pod (``ownerReferences``), so it goes when the pod goes;
 - the task container keeps its image unmodified; only its command is replaced
   by the bundle's executor, which clients reach at the pod IP (never through
   the API server);
@@ -25,6 +31,7 @@ What a sandbox pod is, and why:
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Mapping
@@ -63,6 +70,8 @@ NETWORK_CLASSES = ("none", "allowlist", "internet")
 BUNDLE_VOLUME = "orchard-bundle"
 RUN_VOLUME = "orchard-run"
 TOKEN_VOLUME = "orchard-token"
+TOKEN_KEY_FILE = "token.key"
+ROLE_SANDBOX_TOKEN = "sandbox-token"
 TASK_CONTAINER = "sandbox"
 INIT_CONTAINER = "orchard-bundle"
 
@@ -90,7 +99,7 @@ def _init_script(settings: KubernetesSettings) -> str:
         "set -e; "
         f'cp -a {settings.bundle_path_in_image}/. "{settings.mount_path}/"; '
         f'mkdir -p "{settings.run_dir}"; '
-        f'cp /orchard-token/token.key "{settings.run_dir}/token.key"; '
+        f'cp /orchard-token/{TOKEN_KEY_FILE} "{settings.run_dir}/{TOKEN_KEY_FILE}"; '
         f'printf %s "$ORCHARD_SANDBOX_JSON" > "{settings.run_dir}/sandbox.json"'
     )
 
@@ -234,7 +243,7 @@ def sandbox_pod(
             {"name": RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
             {
                 "name": TOKEN_VOLUME,
-                "secret": {"secretName": settings.token_secret_name, "defaultMode": 0o440},
+                "secret": {"secretName": token_secret_name(name), "defaultMode": 0o440},
             },
         ],
     }
@@ -256,6 +265,45 @@ def sandbox_pod(
             "annotations": annotations,
         },
         "spec": pod_spec,
+    }
+
+
+def token_secret_name(sandbox_id: str) -> str:
+    """The sandbox's own token Secret (a pod name is a DNS label, so this is a valid name)."""
+    return f"{sandbox_id}-token"
+
+
+def sandbox_token_secret(sandbox_id: str, namespace: str, token_keys: bytes) -> Manifest:
+    """The Secret holding ``sandbox_id``'s own token keys (``tokens.encode_sandbox_keys``)."""
+    if not _DNS_LABEL_RE.fullmatch(sandbox_id):
+        raise BackendError.invalid(f"sandbox id {sandbox_id!r} is not a valid pod name")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": token_secret_name(sandbox_id),
+            "namespace": namespace,
+            "labels": {
+                MANAGED_BY: MANAGED_BY_VALUE,
+                ROLE: ROLE_SANDBOX_TOKEN,
+                SANDBOX_ID: sandbox_id,
+            },
+        },
+        "type": "Opaque",
+        "data": {TOKEN_KEY_FILE: base64.b64encode(token_keys).decode()},
+    }
+
+
+def owned_by_pod(pod: Manifest) -> Manifest:
+    """A merge patch making an object owned by ``pod`` (the garbage collector removes it
+    with the pod, however the pod goes)."""
+    meta = pod.get("metadata") or {}
+    return {
+        "metadata": {
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+            ]
+        }
     }
 
 

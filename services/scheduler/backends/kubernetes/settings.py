@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchard.common.layout import orchard_home
+from orchard.common.layout import NodeLayout, orchard_home
 
 GIB = 1 << 30
 
@@ -67,8 +67,6 @@ class KubernetesSettings:
     mount_path: str = "/.orchard"
     """Where the bundle appears in the task container (read-only)."""
     executor_port: int = 7070
-    token_secret_name: str = "orchard-executor-token"
-    """Secret with ``token.key``; mounted into the init container only."""
     templates: Mapping[str, PodTemplate] = field(default_factory=dict)
     """Pod templates by name; ``default_template`` is used for plain creates."""
     default_template: PodTemplate = field(default_factory=PodTemplate)
@@ -93,6 +91,11 @@ class KubernetesSettings:
     cluster_cidrs: tuple[str, ...] = ()
     """The pod and service CIDRs: cut out of every allowlist block, and blocks inside
     them are refused (``netpolicy.k8s``)."""
+    revocations_file: Path | None = None
+    """``revocations.json`` (tenant -> the moment before which its data-plane tokens are
+    void) the scheduler pushes to the tenants' pods (``revocation_push``); None = none."""
+    revocation_check_seconds: float = 0.5
+    """How often that file is looked at (and undelivered notices retried)."""
 
     @classmethod
     def from_env(cls, home: Path | None = None) -> KubernetesSettings:
@@ -111,6 +114,7 @@ class KubernetesSettings:
         named = env.get("ORCHARD_K8S_POD_SETTINGS", "")
         pods_file = Path(named) if named else (home or orchard_home()) / POD_SETTINGS_FILE
         templates = load_pod_settings(pods_file) if named or pods_file.exists() else {}
+        revocations = env.get("ORCHARD_K8S_REVOCATIONS_FILE", "")
         return cls(
             templates=templates,
             namespace=env.get("ORCHARD_K8S_NAMESPACE", cls.namespace),
@@ -120,11 +124,13 @@ class KubernetesSettings:
             default_image=env.get("ORCHARD_K8S_DEFAULT_IMAGE", cls.default_image),
             bundle_image=env.get("ORCHARD_K8S_BUNDLE_IMAGE", cls.bundle_image),
             executor_port=int(env.get("ORCHARD_K8S_EXECUTOR_PORT", cls.executor_port)),
-            token_secret_name=env.get("ORCHARD_K8S_TOKEN_SECRET", cls.token_secret_name),
             egress_proxy_service=env.get("ORCHARD_K8S_EGRESS_PROXY", cls.egress_proxy_service),
             egress_proxy_port=int(env.get("ORCHARD_K8S_EGRESS_PROXY_PORT", cls.egress_proxy_port)),
             cluster_cidrs=tuple(
                 c.strip() for c in env.get("ORCHARD_K8S_CLUSTER_CIDRS", "").split(",") if c.strip()
+            ),
+            revocations_file=(
+                Path(revocations) if revocations else NodeLayout(home or orchard_home()).revocations
             ),
         )
 

@@ -729,6 +729,44 @@ class KillAllRequest(_message.Message):
 Global___KillAllRequest: _TypeAlias = KillAllRequest  # noqa: Y015
 
 @_typing.final
+class RevokeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SANDBOX_ID_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    sandbox_id: _builtins.str
+    notice: _builtins.str
+    """tokens.TokenSigner.sign_revocation: "r1.<kid>.<sandbox>.<tenant>.<before ms>.<sig>"."""
+    def __init__(
+        self,
+        *,
+        sandbox_id: _builtins.str = ...,
+        notice: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["notice", b"notice", "sandbox_id", b"sandbox_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeRequest: _TypeAlias = RevokeRequest  # noqa: Y015
+
+@_typing.final
+class RevokeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeResponse: _TypeAlias = RevokeResponse  # noqa: Y015
+
+@_typing.final
 class KillAllResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

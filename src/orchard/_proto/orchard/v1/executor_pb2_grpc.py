@@ -90,6 +90,11 @@ class ExecutorServiceStub(object):
                 request_serializer=orchard_dot_v1_dot_executor__pb2.KillAllRequest.SerializeToString,
                 response_deserializer=orchard_dot_v1_dot_executor__pb2.KillAllResponse.FromString,
                 _registered_method=True)
+        self.Revoke = channel.unary_unary(
+                '/orchard.v1.ExecutorService/Revoke',
+                request_serializer=orchard_dot_v1_dot_executor__pb2.RevokeRequest.SerializeToString,
+                response_deserializer=orchard_dot_v1_dot_executor__pb2.RevokeResponse.FromString,
+                _registered_method=True)
         self.ConnectPort = channel.stream_stream(
                 '/orchard.v1.ExecutorService/ConnectPort',
                 request_serializer=orchard_dot_v1_dot_executor__pb2.PortRequest.SerializeToString,
@@ -221,6 +226,17 @@ class ExecutorServiceServicer(object):
         """Signal every process in the sandbox except its init (pid 1): what a
         command left behind (background jobs, a fork bomb), running commands and
         sessions alike. The sandbox itself stays up and takes new commands.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Revoke(self, request, context):
+        """The control plane tells a sandbox's own executor (a Kubernetes pod's) that a
+        tenant's data-plane tokens issued before a moment are void. No bearer token:
+        the notice is signed with the sandbox's own token key, so only the scheduler
+        (or the sandbox itself, voiding its own tokens) can make one. Revocations
+        only ever grow. A bad notice is UNAUTHENTICATED / REVOCATION_INVALID.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -372,6 +388,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.KillAll,
                     request_deserializer=orchard_dot_v1_dot_executor__pb2.KillAllRequest.FromString,
                     response_serializer=orchard_dot_v1_dot_executor__pb2.KillAllResponse.SerializeToString,
+            ),
+            'Revoke': grpc.unary_unary_rpc_method_handler(
+                    servicer.Revoke,
+                    request_deserializer=orchard_dot_v1_dot_executor__pb2.RevokeRequest.FromString,
+                    response_serializer=orchard_dot_v1_dot_executor__pb2.RevokeResponse.SerializeToString,
             ),
             'ConnectPort': grpc.stream_stream_rpc_method_handler(
                     servicer.ConnectPort,
@@ -726,6 +747,33 @@ class ExecutorService(object):
             '/orchard.v1.ExecutorService/KillAll',
             orchard_dot_v1_dot_executor__pb2.KillAllRequest.SerializeToString,
             orchard_dot_v1_dot_executor__pb2.KillAllResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Revoke(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/orchard.v1.ExecutorService/Revoke',
+            orchard_dot_v1_dot_executor__pb2.RevokeRequest.SerializeToString,
+            orchard_dot_v1_dot_executor__pb2.RevokeResponse.FromString,
             options,
             channel_credentials,
             insecure,

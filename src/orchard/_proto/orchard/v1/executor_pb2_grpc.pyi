@@ -59,6 +59,13 @@ class ExecutorServiceStub:
     command left behind (background jobs, a fork bomb), running commands and
     sessions alike. The sandbox itself stays up and takes new commands.
     """
+    Revoke: _grpc.UnaryUnaryMultiCallable[_executor_pb2.RevokeRequest, _executor_pb2.RevokeResponse]
+    """The control plane tells a sandbox's own executor (a Kubernetes pod's) that a
+    tenant's data-plane tokens issued before a moment are void. No bearer token:
+    the notice is signed with the sandbox's own token key, so only the scheduler
+    (or the sandbox itself, voiding its own tokens) can make one. Revocations
+    only ever grow. A bad notice is UNAUTHENTICATED / REVOCATION_INVALID.
+    """
     ConnectPort: _grpc.StreamStreamMultiCallable[_executor_pb2.PortRequest, _executor_pb2.PortEvent]
     """One TCP connection to a port on the sandbox's own loopback, as bytes both
     ways. The first request is `open`; `opened` answers once the connection
@@ -124,6 +131,13 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     """Signal every process in the sandbox except its init (pid 1): what a
     command left behind (background jobs, a fork bomb), running commands and
     sessions alike. The sandbox itself stays up and takes new commands.
+    """
+    Revoke: _aio.UnaryUnaryMultiCallable[_executor_pb2.RevokeRequest, _executor_pb2.RevokeResponse]  # type: ignore[assignment]
+    """The control plane tells a sandbox's own executor (a Kubernetes pod's) that a
+    tenant's data-plane tokens issued before a moment are void. No bearer token:
+    the notice is signed with the sandbox's own token key, so only the scheduler
+    (or the sandbox itself, voiding its own tokens) can make one. Revocations
+    only ever grow. A bad notice is UNAUTHENTICATED / REVOCATION_INVALID.
     """
     ConnectPort: _aio.StreamStreamMultiCallable[_executor_pb2.PortRequest, _executor_pb2.PortEvent]  # type: ignore[assignment]
     """One TCP connection to a port on the sandbox's own loopback, as bytes both
@@ -253,6 +267,19 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         """Signal every process in the sandbox except its init (pid 1): what a
         command left behind (background jobs, a fork bomb), running commands and
         sessions alike. The sandbox itself stays up and takes new commands.
+        """
+
+    @_abc_1.abstractmethod
+    def Revoke(
+        self,
+        request: _executor_pb2.RevokeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.RevokeResponse, _abc.Awaitable[_executor_pb2.RevokeResponse]]:
+        """The control plane tells a sandbox's own executor (a Kubernetes pod's) that a
+        tenant's data-plane tokens issued before a moment are void. No bearer token:
+        the notice is signed with the sandbox's own token key, so only the scheduler
+        (or the sandbox itself, voiding its own tokens) can make one. Revocations
+        only ever grow. A bad notice is UNAUTHENTICATED / REVOCATION_INVALID.
         """
 
     @_abc_1.abstractmethod
