@@ -1,0 +1,100 @@
+"""``make test``'s two phases, and how the parallel one hands out its files.
+
+``scripts/run_tests.sh`` runs pytest twice (docs/testing.md, "The suite's phases"):
+
+1. ``ORCHARD_TEST_PHASE=serial``: only the tests marked ``serial``, one at a time, on a
+   quiet machine: they start hundreds of sandboxes under the machine-wide heavy lock, or
+   measure one sandbox's latency beside another's (a neighbour's load would be theirs).
+2. ``ORCHARD_TEST_PHASE=parallel``: everything else under pytest-xdist (``-n N --dist
+   loadgroup``). Without the variable (a plain ``pytest``) nothing is deselected.
+
+The parallel phase's unit of work is a test *file*, as with ``--dist loadfile``: most live
+modules start one ``orchard up`` per module (a module-scoped fixture), and splitting a
+file across workers would start it once per worker. Files that must not run at the same
+time as each other (they share something fixed on the host, such as the fake internet's
+addresses) carry one ``xdist_group`` name and become one unit: one worker runs them in a
+row. xdist's own ``loadgroup`` would split every file without a group into single tests.
+Units are handed out biggest first (``--loadscope-reorder``, xdist's default), so the
+long files do not start last.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+PHASES = ("serial", "parallel")
+PHASE_VARIABLE = "ORCHARD_TEST_PHASE"
+
+
+def current_phase() -> str | None:
+    """The phase this pytest runs (``None``: no phase, nothing deselected)."""
+    value = os.environ.get(PHASE_VARIABLE, "")
+    if not value:
+        return None
+    if value not in PHASES:
+        raise pytest.UsageError(f"{PHASE_VARIABLE}={value!r}: expected one of {', '.join(PHASES)}")
+    return value
+
+
+class PhaseSelection:
+    """Deselects the tests of the other phase (reported as deselected, never dropped)."""
+
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
+        for item in items:
+            serial = item.get_closest_marker("serial") is not None
+            (keep if serial == (self.phase == "serial") else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+    def pytest_report_header(self) -> str:
+        return f"orchard test phase: {self.phase}"
+
+
+def _split_file_or_group(nodeid: str) -> str:
+    """The unit a test belongs to: its ``xdist_group`` (``nodeid@group``) or else its file.
+
+    xdist appends ``@<group>`` under ``--dist loadgroup``; a parametrize id may hold an
+    ``@`` too, which is why the ``@`` must come after the last ``]`` (xdist's own rule).
+    """
+    at = nodeid.rfind("@")
+    if at > nodeid.rfind("]"):
+        return "group:" + nodeid[at + 1 :]
+    return nodeid.split("::", 1)[0]
+
+
+class FileOrGroupScheduler:
+    """Replaces xdist's ``loadgroup`` scheduler with files-or-groups (module docstring)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: object) -> object | None:
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-not-found,unused-ignore]
+
+        class FileOrGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+            def _split_scope(self, nodeid: str) -> str:
+                return _split_file_or_group(nodeid)
+
+        return FileOrGroupScheduling(config, log)
+
+
+def register(config: pytest.Config) -> None:
+    """Called from tests/conftest.py's ``pytest_configure``."""
+    phase = current_phase()
+    if phase is not None:
+        config.pluginmanager.register(PhaseSelection(phase), "orchard-test-phase")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(FileOrGroupScheduler(), "orchard-file-or-group")
+    else:  # a side venv's pytest (tests/integrations/side_venv.py), or -p no:xdist
+        config.addinivalue_line("markers", "xdist_group(name): files run by one xdist worker")
