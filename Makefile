@@ -85,7 +85,8 @@ HARBOR_VENV := .venv-harbor
 
 harbor-venv: $(HARBOR_VENV)/.installed
 
-$(HARBOR_VENV)/.installed: pyproject.toml
+# After the suite's venv (order only: its editable install goes first, see EDITABLE_LOCK).
+$(HARBOR_VENV)/.installed: pyproject.toml | $(STAMP)
 	$(EDITABLE_LOCK) scripts/side_venv.sh $(HARBOR_VENV) 12 -e '.[harbor]' 'pytest>=8' 'pytest-timeout>=2.3'
 	touch $@
 
@@ -97,7 +98,7 @@ NEMO_GYM_VENV := .venv-nemo-gym
 
 nemo-gym-venv: $(NEMO_GYM_VENV)/.installed
 
-$(NEMO_GYM_VENV)/.installed: pyproject.toml
+$(NEMO_GYM_VENV)/.installed: pyproject.toml | $(STAMP)
 	$(EDITABLE_LOCK) scripts/side_venv.sh $(NEMO_GYM_VENV) 13 -e . 'pydantic>=2' omegaconf pyyaml 'pytest>=8' 'pytest-timeout>=2.3'
 	$(NEMO_GYM_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python 'nemo-gym==0.7.0'
 	touch $@
