@@ -17,7 +17,7 @@ if ! [[ $workers =~ ^[0-9]+$ ]]; then
 fi
 parallel_args=()
 if [ "$workers" -gt 0 ]; then
-  parallel_args=(-n "$workers" --dist loadgroup)
+  parallel_args=(-n "$workers" --dist loadfile)
 fi
 
 phase() {

@@ -6,16 +6,15 @@
    quiet machine: they start hundreds of sandboxes under the machine-wide heavy lock, or
    measure one sandbox's latency beside another's (a neighbour's load would be theirs).
 2. ``ORCHARD_TEST_PHASE=parallel``: everything else under pytest-xdist (``-n N --dist
-   loadgroup``). Without the variable (a plain ``pytest``) nothing is deselected.
+   loadfile``). Without the variable (a plain ``pytest``) nothing is deselected.
 
-The parallel phase's unit of work is a test *file*, as with ``--dist loadfile``: most live
-modules start one ``orchard up`` per module (a module-scoped fixture), and splitting a
-file across workers would start it once per worker. Files that must not run at the same
-time as each other (they share something fixed on the host, such as the fake internet's
-addresses) carry one ``xdist_group`` name and become one unit: one worker runs them in a
-row. xdist's own ``loadgroup`` would split every file without a group into single tests.
-Units are handed out biggest first (``--loadscope-reorder``, xdist's default), so the
-long files do not start last.
+The parallel phase's unit of work is a test *file* (``--dist loadfile``): most live modules
+start one ``orchard up`` per module (a module-scoped fixture), and splitting a file across
+workers would start it once per worker. Files that must not run at the same time as each
+other (they share something fixed on the host, such as the fake internet's addresses) are
+listed together in :data:`GROUPS` and become one unit: one worker runs them in a row.
+Units are handed out biggest first (``--loadscope-reorder``, xdist's default), so the long
+files do not start last.
 """
 
 from __future__ import annotations
@@ -61,30 +60,46 @@ class PhaseSelection:
         return f"orchard test phase: {self.phase}"
 
 
-def _split_file_or_group(nodeid: str) -> str:
-    """The unit a test belongs to: its ``xdist_group`` (``nodeid@group``) or else its file.
+GROUPS: dict[str, tuple[str, ...]] = {
+    # The fake internet's fixed addresses (tests/network/testnet.py); its conftest refuses
+    # a file that uses it and is not listed here.
+    "fake-internet": ("tests/network/test_egress_attacks.py", "tests/network/test_local_policy.py"),
+    # One wheel built in the checkout's build/, venvs cached under build/test-venvs.
+    "install": ("tests/install/",),
+}
+"""Files that one worker runs one after another: a folder ends with ``/``."""
 
-    xdist appends ``@<group>`` under ``--dist loadgroup``; a parametrize id may hold an
-    ``@`` too, which is why the ``@`` must come after the last ``]`` (xdist's own rule).
-    """
-    at = nodeid.rfind("@")
-    if at > nodeid.rfind("]"):
-        return "group:" + nodeid[at + 1 :]
+
+def file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+def unit_of(nodeid: str) -> str:
+    """The parallel phase's unit of a test: its group in :data:`GROUPS`, or else its file."""
+    path = file_of(nodeid)
+    for name, members in GROUPS.items():
+        if any(path == m or (m.endswith("/") and path.startswith(m)) for m in members):
+            return f"group:{name}"
+    return path
+
+
 class FileOrGroupScheduler:
-    """Replaces xdist's ``loadgroup`` scheduler with files-or-groups (module docstring)."""
+    """xdist's ``loadfile`` with :data:`GROUPS` (module docstring).
+
+    Not xdist's ``xdist_group`` marks: xdist 3.8 puts the group into ``item._nodeid``,
+    which pytest 9.2 no longer reads (its ``nodeid`` comes from ``_id``), so under
+    ``--dist loadgroup`` every test became its own unit and the groups were lost.
+    """
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: object) -> object | None:
-        if config.getvalue("dist") != "loadgroup":
+        if config.getvalue("dist") != "loadfile":
             return None
         from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-not-found,unused-ignore]
 
         class FileOrGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
             def _split_scope(self, nodeid: str) -> str:
-                return _split_file_or_group(nodeid)
+                return unit_of(nodeid)
 
         return FileOrGroupScheduling(config, log)
 
@@ -94,7 +109,6 @@ def register(config: pytest.Config) -> None:
     phase = current_phase()
     if phase is not None:
         config.pluginmanager.register(PhaseSelection(phase), "orchard-test-phase")
+    # A side venv's pytest (tests/integrations/side_venv.py) has no xdist.
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(FileOrGroupScheduler(), "orchard-file-or-group")
-    else:  # a side venv's pytest (tests/integrations/side_venv.py), or -p no:xdist
-        config.addinivalue_line("markers", "xdist_group(name): files run by one xdist worker")

@@ -1,9 +1,9 @@
 """The fake internet (``testnet.fake_internet``), one per test module that asks for it.
 
 Its addresses (203.0.113.0/24 on a host veth) are fixed, so two of them on one host
-collide: every file with a test that uses it is in the ``fake-internet`` xdist group,
-which one worker of ``make test``'s parallel phase runs in a row (tests/phases.py). The
-whole file, so its other module fixtures (a stack) still start once.
+collide: every file with a test that uses it must be in the ``fake-internet`` group of
+tests/phases.py, which one worker of ``make test``'s parallel phase runs file after file
+(checked here at collection).
 """
 
 from __future__ import annotations
@@ -12,17 +12,23 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import phases
+
 from .testnet import FakeInternet, fake_internet
 
-FAKE_INTERNET_GROUP = pytest.mark.xdist_group("fake-internet")
 
-
-@pytest.hookimpl(tryfirst=True)  # before xdist names the group in the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    files = {item.path for item in items if "internet" in getattr(item, "fixturenames", ())}
-    for item in items:
-        if item.path in files:
-            item.add_marker(FAKE_INTERNET_GROUP)
+    users = {
+        phases.file_of(item.nodeid)
+        for item in items
+        if "internet" in getattr(item, "fixturenames", ())
+    }
+    unlisted = sorted(path for path in users if phases.unit_of(path) != "group:fake-internet")
+    if unlisted:
+        raise pytest.UsageError(
+            f"{', '.join(unlisted)} use the fake internet: add them to the fake-internet "
+            "group in tests/phases.py (GROUPS), or two of them run at once under make test"
+        )
 
 
 @pytest.fixture(scope="module")
