@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the whole suite, in two phases (tests/phases.py, docs/testing.md):
 #   1. serial:   the tests marked `serial` (heavy lock, hundreds of sandboxes, latency
-#                beside a neighbour), one at a time on a quiet machine;
+#                beside a neighbour, the fake internet), one at a time on a quiet machine;
 #   2. parallel: everything else on $ORCHARD_TEST_WORKERS pytest-xdist workers (default 3;
 #                0 runs it in this process), whole files per worker.
 # Arguments go to both phases (`scripts/run_tests.sh tests/network -x`). The second phase
@@ -25,7 +25,9 @@ phase() {
   shift
   echo "=== make test: $name phase ===" >&2
   local start=$SECONDS
-  ORCHARD_TEST_STRICT=1 ORCHARD_TEST_PHASE=$name .venv/bin/python -m pytest "$@"
+  # The slowest tests and a JUnit report per phase: what to look at when the run grows.
+  ORCHARD_TEST_STRICT=1 ORCHARD_TEST_PHASE=$name .venv/bin/python -m pytest \
+    --durations=15 --junitxml="build/test-results/$name.xml" "$@"
   local rc=$?
   echo "=== make test: $name phase: exit $rc after $((SECONDS - start)) s ===" >&2
   return "$rc"

@@ -3,16 +3,17 @@
 ``scripts/run_tests.sh`` runs pytest twice (docs/testing.md, "The suite's phases"):
 
 1. ``ORCHARD_TEST_PHASE=serial``: only the tests marked ``serial``, one at a time, on a
-   quiet machine: they start hundreds of sandboxes under the machine-wide heavy lock, or
-   measure one sandbox's latency beside another's (a neighbour's load would be theirs).
+   quiet machine: they start hundreds of sandboxes under the machine-wide heavy lock,
+   measure one sandbox's latency beside another's (a neighbour's load would be theirs),
+   or change the host's routes (the fake internet, tests/network/conftest.py).
 2. ``ORCHARD_TEST_PHASE=parallel``: everything else under pytest-xdist (``-n N --dist
    loadfile``). Without the variable (a plain ``pytest``) nothing is deselected.
 
 The parallel phase's unit of work is a test *file* (``--dist loadfile``): most live modules
 start one ``orchard up`` per module (a module-scoped fixture), and splitting a file across
 workers would start it once per worker. Files that must not run at the same time as each
-other (they share something fixed on the host, such as the fake internet's addresses) are
-listed together in :data:`GROUPS` and become one unit: one worker runs them in a row.
+other (they share files in the checkout) are listed together in :data:`GROUPS` and become
+one unit: one worker runs them in a row.
 Units are handed out biggest first (``--loadscope-reorder``, xdist's default), so the long
 files do not start last.
 """
@@ -61,9 +62,6 @@ class PhaseSelection:
 
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    # The fake internet's fixed addresses (tests/network/testnet.py); its conftest refuses
-    # a file that uses it and is not listed here.
-    "fake-internet": ("tests/network/test_egress_attacks.py", "tests/network/test_local_policy.py"),
     # One wheel built in the checkout's build/, venvs cached under build/test-venvs.
     "install": ("tests/install/",),
 }

@@ -1,9 +1,10 @@
 """The fake internet (``testnet.fake_internet``), one per test module that asks for it.
 
-Its addresses (203.0.113.0/24 on a host veth) are fixed, so two of them on one host
-collide: every file with a test that uses it must be in the ``fake-internet`` group of
-tests/phases.py, which one worker of ``make test``'s parallel phase runs file after file
-(checked here at collection).
+While one exists, the host routes 203.0.113.0/24 into it (a host veth with fixed
+addresses): two of them collide, and on machines whose package registries are in that
+range (pypi.org, registry.npmjs.org and deb.debian.org were 203.0.113.80 here) every
+download on the host fails while it is up. So every test of a file that uses it runs in
+``make test``'s serial phase, alone (marked ``serial`` here; tests/phases.py).
 """
 
 from __future__ import annotations
@@ -12,23 +13,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import phases
-
 from .testnet import FakeInternet, fake_internet
 
 
+@pytest.hookimpl(tryfirst=True)  # before the phase selection (tests/phases.py) reads it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    users = {
-        phases.file_of(item.nodeid)
-        for item in items
-        if "internet" in getattr(item, "fixturenames", ())
-    }
-    unlisted = sorted(path for path in users if phases.unit_of(path) != "group:fake-internet")
-    if unlisted:
-        raise pytest.UsageError(
-            f"{', '.join(unlisted)} use the fake internet: add them to the fake-internet "
-            "group in tests/phases.py (GROUPS), or two of them run at once under make test"
-        )
+    users = {item.path for item in items if "internet" in getattr(item, "fixturenames", ())}
+    for item in items:
+        if item.path in users:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="module")
