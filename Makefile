@@ -88,9 +88,9 @@ HARBOR_VENV := .venv-harbor
 
 harbor-venv: $(HARBOR_VENV)/.installed
 
-# After the suite's venv (order only: its editable install goes first, see EDITABLE_LOCK).
-$(HARBOR_VENV)/.installed: pyproject.toml | $(STAMP)
-	$(EDITABLE_LOCK) scripts/side_venv.sh $(HARBOR_VENV) 12 --no-deps -e .
+$(HARBOR_VENV)/.installed: pyproject.toml
+	scripts/side_venv.sh $(HARBOR_VENV) 12
+	$(EDITABLE_LOCK) $(HARBOR_VENV)/bin/python -m pip install -q --no-deps -e .
 	$(HARBOR_VENV)/bin/python -m pip install -q 'orchard-env[harbor]' 'pytest>=8' 'pytest-timeout>=2.3'
 	touch $@
 
@@ -102,8 +102,9 @@ NEMO_GYM_VENV := .venv-nemo-gym
 
 nemo-gym-venv: $(NEMO_GYM_VENV)/.installed
 
-$(NEMO_GYM_VENV)/.installed: pyproject.toml | $(STAMP)
-	$(EDITABLE_LOCK) scripts/side_venv.sh $(NEMO_GYM_VENV) 13 --no-deps -e .
+$(NEMO_GYM_VENV)/.installed: pyproject.toml
+	scripts/side_venv.sh $(NEMO_GYM_VENV) 13
+	$(EDITABLE_LOCK) $(NEMO_GYM_VENV)/bin/python -m pip install -q --no-deps -e .
 	$(NEMO_GYM_VENV)/bin/python -m pip install -q orchard-env 'pydantic>=2' omegaconf pyyaml 'pytest>=8' 'pytest-timeout>=2.3'
 	$(NEMO_GYM_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python 'nemo-gym==0.7.0'
 	touch $@
