@@ -14,13 +14,16 @@ start one ``orchard up`` per module (a module-scoped fixture), and splitting a f
 workers would start it once per worker. Files that must not run at the same time as each
 other (they share files in the checkout) are listed together in :data:`GROUPS` and become
 one unit: one worker runs them in a row.
-Units are handed out biggest first (``--loadscope-reorder``, xdist's default), so the long
-files do not start last.
+Units are handed out longest first, by the seconds each took in an earlier run
+(:data:`DURATIONS`, ``tests/durations.json``), so a long file does not start last and hold
+the run up alone.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -81,8 +84,30 @@ def unit_of(nodeid: str) -> str:
     return path
 
 
+DURATIONS = Path(__file__).with_name("durations.json")
+"""Seconds per unit from an earlier run (``scripts/durations.py`` writes it)."""
+UNKNOWN_SECONDS_PER_TEST = 1.0
+"""A unit :data:`DURATIONS` does not know (a new file) counts this much per test."""
+
+
+def load_durations(path: Path = DURATIONS) -> dict[str, float]:
+    """The recorded seconds per unit; empty without the file. A malformed file is an error
+    (it would silently order the run badly otherwise)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError as err:
+        raise pytest.UsageError(f"{path}: not JSON ({err}); regenerate it") from err
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) for k, v in data.items()
+    ):
+        raise pytest.UsageError(f"{path}: expected {{unit: seconds}}; regenerate it")
+    return {k: float(v) for k, v in data.items()}
+
+
 class FileOrGroupScheduler:
-    """xdist's ``loadfile`` with :data:`GROUPS` (module docstring).
+    """xdist's ``loadfile`` with :data:`GROUPS` (module docstring), longest unit first.
 
     Not xdist's ``xdist_group`` marks: xdist 3.8 puts the group into ``item._nodeid``,
     which pytest 9.2 no longer reads (its ``nodeid`` comes from ``_id``), so under
@@ -95,9 +120,23 @@ class FileOrGroupScheduler:
             return None
         from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-not-found,unused-ignore]
 
+        durations = load_durations()
+
         class FileOrGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
             def _split_scope(self, nodeid: str) -> str:
                 return unit_of(nodeid)
+
+            def _assign_work_unit(self, node: object) -> None:
+                # Longest first (by the last run's seconds), so no long file starts last
+                # and holds the run up alone; xdist then pops the queue's head.
+                def seconds(unit: str) -> float:
+                    known = durations.get(unit)
+                    if known is not None:
+                        return known
+                    return len(self.workqueue[unit]) * UNKNOWN_SECONDS_PER_TEST
+
+                self.workqueue.move_to_end(max(self.workqueue, key=seconds), last=False)
+                super()._assign_work_unit(node)
 
         return FileOrGroupScheduling(config, log)
 
