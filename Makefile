@@ -12,6 +12,24 @@ ORCHARD_HOME ?= /var/lib/orchard
 ORCHARD_IMAGES_DIR ?= $(ORCHARD_HOME)/images
 export ORCHARD_HOME ORCHARD_IMAGES_DIR
 
+# `make test` and `make setup` build their prerequisites SETUP_JOBS at a time (their
+# output kept whole line by line), unless -j was given: the Debian
+# packages, the venv, the image, the side venvs and the tools layer do not wait for each
+# other, only for what they need (the prerequisites below say what; docs/testing.md).
+SETUP_JOBS ?= 8
+ifneq ($(filter test setup,$(MAKECMDGOALS)),)
+ifeq ($(filter -j% --jobserver%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(SETUP_JOBS) --output-sync=line
+endif
+endif
+
+# setuptools writes orchard_env.egg-info into this folder during every editable install
+# (.venv and the side venvs), so two at once would write it together: the editable
+# install of the checkout alone (`--no-deps -e .`, seconds) holds this lock, and the
+# dependencies come after it, unlocked, from `orchard-env[extras]`, which pip resolves
+# against the editable copy just installed (it builds nothing again).
+EDITABLE_LOCK = mkdir -p build && flock build/.pip-editable.lock
+
 SYSTEM_PACKAGES := runc mmdebstrap nftables iproute2 gcc libc6-dev busybox-static runsc nginx tmux zstd
 # The image-pull tests: a real registry server on loopback, and skopeo to push to it.
 SYSTEM_PACKAGES += docker-registry skopeo
@@ -51,7 +69,8 @@ $(PY):
 # holds every other one ([server], [rewards], [kubernetes]), so run, test and check
 # have all they need; `pip install orchard-env` alone is the thin SDK.
 $(STAMP): pyproject.toml $(PY)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(EDITABLE_LOCK) $(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q 'orchard-env[dev]'
 	touch $(STAMP)
 
 # Side venvs for the integrations whose packages need a newer Python than the suite's
@@ -70,7 +89,9 @@ HARBOR_VENV := .venv-harbor
 harbor-venv: $(HARBOR_VENV)/.installed
 
 $(HARBOR_VENV)/.installed: pyproject.toml
-	scripts/side_venv.sh $(HARBOR_VENV) 12 -e '.[harbor]' 'pytest>=8' 'pytest-timeout>=2.3'
+	scripts/side_venv.sh $(HARBOR_VENV) 12
+	$(EDITABLE_LOCK) $(HARBOR_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(HARBOR_VENV)/bin/python -m pip install -q 'orchard-env[harbor]' 'pytest>=8' 'pytest-timeout>=2.3'
 	touch $@
 
 # nemo-gym 0.7 asks for Python >= 3.13.14; the newest here is 3.13.0, so it is installed
@@ -82,7 +103,9 @@ NEMO_GYM_VENV := .venv-nemo-gym
 nemo-gym-venv: $(NEMO_GYM_VENV)/.installed
 
 $(NEMO_GYM_VENV)/.installed: pyproject.toml
-	scripts/side_venv.sh $(NEMO_GYM_VENV) 13 -e . 'pydantic>=2' omegaconf pyyaml 'pytest>=8' 'pytest-timeout>=2.3'
+	scripts/side_venv.sh $(NEMO_GYM_VENV) 13
+	$(EDITABLE_LOCK) $(NEMO_GYM_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(NEMO_GYM_VENV)/bin/python -m pip install -q orchard-env 'pydantic>=2' omegaconf pyyaml 'pytest>=8' 'pytest-timeout>=2.3'
 	$(NEMO_GYM_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python 'nemo-gym==0.7.0'
 	touch $@
 
@@ -94,14 +117,14 @@ test: swe-tasks
 swe-tasks: venv
 	$(PY) -m orchard.recipes.swe.bundled build
 
-init-binary: venv
+init-binary: venv system-deps
 	@$(PY) -m orchard.executor.initbin >/dev/null
 
 # The injected runtime's executor bundle (~4 s; cached by content hash under $(ORCHARD_HOME)/bundles).
 executor-bundle: init-binary
 	@$(PY) -m orchard.executor.bundle build >/dev/null
 
-image: venv
+image: venv system-deps
 	$(PY) -m orchard.scheduler.backends.local.images build-default --images-dir $(ORCHARD_IMAGES_DIR)
 
 # The tools layer: the agent harness CLIs (Codex, Claude Code, OpenClaw, mini-swe-agent,
@@ -207,7 +230,7 @@ swe-train-deps: $(SWE_TRAIN_STAMP)
 
 $(SWE_TRAIN_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q '$(TORCH_SPEC)'
-	$(PY) -m pip install -q -e '.[swe-train]'
+	$(PY) -m pip install -q 'orchard-env[swe-train]'  # the editable copy $(STAMP) installed
 	$(PY) -m pip install -q --no-deps 'verl==0.9.1' 'skyrl==0.3.0'
 	touch $@
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# side_venv.sh DIR MIN_MINOR SPEC... : a venv in DIR on the oldest CPython 3.x with x >= MIN_MINOR
+# side_venv.sh DIR MIN_MINOR [SPEC...] : a venv in DIR on the oldest CPython 3.x with x >= MIN_MINOR
 # the machine has (PATH, then pyenv's versions; the oldest is the one the tests ran on),
-# with SPEC... pip-installed in it.
+# with SPEC... (if any) pip-installed in it.
 # For projects whose package needs a newer Python than the suite's 3.11 (Harbor: 3.12);
 # tests/integrations drive them there as subprocesses. Re-run when pyproject.toml changes.
 set -euo pipefail
@@ -20,4 +20,6 @@ if [ -z "$found" ]; then
   exit 1
 fi
 [ -x "$dir/bin/python" ] || "$found" -m venv "$dir"
-"$dir/bin/python" -m pip install -q "$@"
+if [ "$#" -gt 0 ]; then
+  "$dir/bin/python" -m pip install -q "$@"
+fi

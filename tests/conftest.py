@@ -5,6 +5,10 @@ when run by hand on a machine without them. Under ``make test`` (which installs
 all of that first) ORCHARD_TEST_STRICT=1 turns every such skip into a failure:
 a green run must mean the containers really ran. A skip whose reason starts
 with "optional:" (e.g. a real Kubernetes cluster) stays a skip.
+
+``make test`` runs the suite in two phases (``tests/phases.py``, docs/testing.md):
+``ORCHARD_TEST_PHASE`` picks one, and the parallel phase's files go to pytest-xdist's
+workers whole (one module's stack is started once).
 """
 
 from __future__ import annotations
@@ -14,7 +18,13 @@ from collections.abc import Generator
 
 import pytest
 
+from tests import phases
+
 STRICT = os.environ.get("ORCHARD_TEST_STRICT") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    phases.register(config)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from orchard.scheduler.backends.base import BackendError
 from orchard.scheduler.backends.local.image_import import import_image
 from orchard.scheduler.backends.local.images import ImageStore, normalize_image_name
 
@@ -70,5 +71,10 @@ def ensure_busybox_image(images_dir: Path) -> str:
     with tempfile.TemporaryDirectory(prefix="oe-busybox-") as tmp:
         root = Path(tmp) / "rootfs"
         make_rootfs(root)
-        import_image(root, name, images_dir)
+        try:
+            import_image(root, name, images_dir)
+        except BackendError:
+            # Another process (an xdist worker of the same run) imported it meanwhile.
+            if not ImageStore(images_dir).exists(name):
+                raise
     return name

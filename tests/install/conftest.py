@@ -1,4 +1,9 @@
-"""One stack and one wheel for every packaging test of a run (venvs are cached apart)."""
+"""One stack and one wheel for every packaging test of a run (venvs are cached apart).
+
+The wheel is built in the checkout's build/ and the venvs are cached under build/test-venvs,
+so two processes must not run these at once: under ``make test``'s parallel phase the
+whole folder is one group (one worker, one stack, one wheel; ``GROUPS`` in tests/phases.py).
+"""
 
 from __future__ import annotations
 

@@ -62,6 +62,7 @@ pytestmark = [
     pytest.mark.reliability,
     pytest.mark.slow,
     pytest.mark.timeout(1200),
+    pytest.mark.serial,  # hundreds of sandboxes under the heavy lock: alone (tests/phases.py)
 ]
 
 SANDBOXES = int(os.environ.get("ORCHARD_FAULT_SANDBOXES", "200"))

@@ -38,7 +38,14 @@ from .fuzz.harness import RESULTS_DIR, latencies, p50_ms, rss_kib, service_pid
 
 # The timeout covers waiting for the machine-wide heavy lock, which another run (a 20-minute
 # soak) may hold.
-pytestmark = [*REQUIRES_STACK, pytest.mark.reliability, pytest.mark.timeout(1200)]
+# Serial (tests/phases.py): the neighbour's p50 is compared with its own baseline, which
+# other tests' load beside it would move.
+pytestmark = [
+    *REQUIRES_STACK,
+    pytest.mark.reliability,
+    pytest.mark.timeout(1200),
+    pytest.mark.serial,
+]
 
 HEAVY_LOCK = "/tmp/orchard-heavy.lock"
 RESULTS: dict[str, dict[str, Any]] = {}

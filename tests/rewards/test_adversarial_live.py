@@ -35,7 +35,10 @@ from .adversarial import (
     six_repo,
 )
 
-pytestmark = REQUIRES_STACK
+# The first test's timeout covers the module's ``results`` fixture, which grades every
+# patch of the corpus (~36 gradings, Django's own runner among them): 120 s is enough on
+# a quiet machine, not beside make test's parallel workers (tests/phases.py).
+pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(600)]
 
 CONCURRENCY = 3
 

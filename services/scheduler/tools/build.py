@@ -11,6 +11,9 @@ says the layout), made with the registries' own clients:
    for the sandbox image's own ``/usr/bin/python3`` (Debian bookworm's 3.11), compiled to
    byte code at build time (the layer is read-only in the sandbox); one tree per package
    so two harnesses' pins (aider pins exact versions of everything) cannot conflict.
+   The PyPI trees are built while the npm steps run (threads, each step a subprocess:
+   they share nothing but the network), which takes the cold build from the sum of
+   the steps to about its longest chain.
 4. wrappers in ``bin/`` from each package's own ``bin`` / ``console_scripts`` entries.
    The Python wrappers run ``python3 -I`` with the tree put on ``sys.path`` by
    ``libexec/pyrun.py``, not ``PYTHONPATH``: the agent's own commands (``python3 -m
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -248,15 +252,12 @@ def _locked(tools_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _fill(spec: LayerSpec, root: Path, log: Any) -> dict[str, Any]:
+def _fill_npm(spec: LayerSpec, root: Path, log: Any) -> dict[str, str]:
+    """Node.js, then each npm package into the one ``node/`` prefix (one after another)."""
     node_prefix = root / "node"
     node_prefix.mkdir()
     (node_prefix / "package.json").write_text('{"name": "orchard-tools", "private": true}\n')
     bin_dir = root / "bin"
-    bin_dir.mkdir()
-    libexec = root / "libexec"
-    libexec.mkdir()
-    (libexec / "pyrun.py").write_text(PYRUN)
     log(f"npm install {spec.node.package}@{spec.node.version}")
     _npm_install(spec.node, node_prefix, None)
     node_rel = _npm_bin(node_prefix, spec.node, spec.node.commands[0])
@@ -264,8 +265,7 @@ def _fill(spec: LayerSpec, root: Path, log: Any) -> dict[str, Any]:
     _run("node --version", f"{spec.node.package}@{spec.node.version}", [str(node), "--version"],
          dict(os.environ), root)  # fmt: skip
     _write_wrapper(bin_dir, spec.node.commands[0], f'exec "$T/{node_rel}" "$@"')
-    resolved: dict[str, Any] = {"npm": {}, "pypi": {}}
-    resolved["npm"][spec.node.package] = spec.node.version
+    resolved = {spec.node.package: spec.node.version}
     for pin in spec.npm:
         log(f"npm install {pin.package}@{pin.version}")
         _npm_install(pin, node_prefix, node)
@@ -277,22 +277,40 @@ def _fill(spec: LayerSpec, root: Path, log: Any) -> dict[str, Any]:
                 native = head.read(4) == b"\x7fELF"
             runner = "" if native else f'"$T/{node_rel}" '
             _write_wrapper(bin_dir, command, f'exec {runner}"$T/{script}" "$@"')
-        resolved["npm"][pin.package] = pin.version
-    for pypi in spec.pypi:
-        log(f"pip install {pypi.distribution}=={pypi.version}")
-        tree = root / "python" / pypi.distribution
-        tree.mkdir(parents=True)
-        _pip_install(spec, pypi, tree)
-        for command in pypi.commands:
-            target = _console_script(tree, pypi, command)
-            _write_wrapper(
-                bin_dir,
-                command,
-                f'exec /usr/bin/python3 -I -B "$T/libexec/pyrun.py" '
-                f'"$T/python/{pypi.distribution}" {command} {target} "$@"',
-            )
-        resolved["pypi"][pypi.distribution] = _dist_versions(tree)
+        resolved[pin.package] = pin.version
     return resolved
+
+
+def _fill_pypi(spec: LayerSpec, pypi: PypiPin, root: Path, log: Any) -> dict[str, str]:
+    """One PyPI package's own ``python/<distribution>`` tree and its wrappers."""
+    log(f"pip install {pypi.distribution}=={pypi.version}")
+    tree = root / "python" / pypi.distribution
+    tree.mkdir(parents=True)
+    _pip_install(spec, pypi, tree)
+    for command in pypi.commands:
+        target = _console_script(tree, pypi, command)
+        _write_wrapper(
+            root / "bin",
+            command,
+            f'exec /usr/bin/python3 -I -B "$T/libexec/pyrun.py" '
+            f'"$T/python/{pypi.distribution}" {command} {target} "$@"',
+        )
+    return _dist_versions(tree)
+
+
+def _fill(spec: LayerSpec, root: Path, log: Any) -> dict[str, Any]:
+    (root / "bin").mkdir()
+    libexec = root / "libexec"
+    libexec.mkdir()
+    (libexec / "pyrun.py").write_text(PYRUN)
+    # The npm chain here, each PyPI tree in its own thread beside it. Every thread is
+    # waited for (the pool's exit) before the first error, the npm chain's first, is
+    # raised, so nothing still writes into the staging folder its caller then removes.
+    with ThreadPoolExecutor(max_workers=max(1, len(spec.pypi))) as pool:
+        trees = [(pypi, pool.submit(_fill_pypi, spec, pypi, root, log)) for pypi in spec.pypi]
+        npm = _fill_npm(spec, root, log)
+        pypi_resolved = {pypi.distribution: job.result() for pypi, job in trees}
+    return {"npm": npm, "pypi": pypi_resolved}
 
 
 def build_layer(
