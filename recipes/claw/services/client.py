@@ -247,7 +247,8 @@ class ClawServices:
         return [
             self.options.python,
             "-I",
-            f"{d}/claw_box/mcp_main.py",
+            f"{d}/claw_box/launch.py",
+            "mcp",
             "--base",
             self.http_base_in_sandbox,
         ]

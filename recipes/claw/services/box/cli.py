@@ -1,6 +1,7 @@
 """``claw``: the services from a shell in the sandbox (the default image has no ``curl``).
 
     claw tools                         the tools, one a line: name(arguments): description
+                                       (an optional argument ends with ?)
     claw <tool> '<JSON arguments>'     one call; the JSON answer on stdout (exit 1 if not ok)
     claw <tool> -                      the arguments read from stdin
 
@@ -43,8 +44,11 @@ def main(argv: list[str]) -> int:
             _, data = _request(base, "/v1/tools", None)
             for tool in json.loads(data)["tools"]:
                 fn = tool["function"]
-                params = ", ".join(fn["parameters"].get("properties", {}))
-                print(f"{fn['name']}({params}): {fn.get('description', '')}")
+                required = set(fn["parameters"].get("required", []))
+                names = [
+                    p if p in required else f"{p}?" for p in fn["parameters"].get("properties", {})
+                ]
+                print(f"{fn['name']}({', '.join(names)}): {fn.get('description', '')}")
             return 0
         if len(args) > 2:
             print(USAGE, file=sys.stderr)
