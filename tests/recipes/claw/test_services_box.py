@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,6 @@ from .box_process import BoxProcess, box_process
 from .sample_fixtures import sample_fixtures
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[BoxProcess]:
-    with box_process() as process:
-        process.reset(sample_fixtures(tmp_path / "files").wire())
-        yield process
 
 
 def test_tools_are_listed_as_openai_function_tools(box: BoxProcess) -> None:

@@ -12,23 +12,15 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from mcp import Client, StdioServerParameters
 from orchard.recipes.claw.services import Fixtures
 
-from .box_process import LAUNCH, BoxProcess, box_process
+from .box_process import LAUNCH, BoxProcess
 from .sample_fixtures import sample_fixtures
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def box(tmp_path: Path) -> Iterator[BoxProcess]:
-    with box_process() as process:
-        process.reset(sample_fixtures(tmp_path / "files").wire())
-        yield process
 
 
 def _free_port() -> int:
