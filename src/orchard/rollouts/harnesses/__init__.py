@@ -13,12 +13,14 @@ class              CLI              model API (wire format)
 ``Aider``          ``aider``        OpenAI Chat Completions (LiteLLM)
 =================  ===============  ==========================================
 
-``HARNESSES`` maps each ``name`` to its class. See docs/tools-layer.md.
+``HARNESSES`` maps each ``name`` to its class. ``Codex`` and ``OpenClaw`` also take
+``mcp_servers={name: McpServer(url=...)}`` (or ``command=``): MCP servers written into their
+own config, so the model is offered their tools. See docs/tools-layer.md.
 """
 
 from __future__ import annotations
 
-from ._cli import BIN, TOOLS, CliHarness
+from ._cli import BIN, TOOLS, CliHarness, McpServer
 from .aider import Aider
 from .claude_code import ClaudeCode
 from .codex import Codex
@@ -37,6 +39,7 @@ __all__ = [
     "ClaudeCode",
     "CliHarness",
     "Codex",
+    "McpServer",
     "MiniSweAgent",
     "OpenClaw",
 ]

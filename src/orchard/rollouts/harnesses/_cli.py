@@ -22,6 +22,7 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._types import HarnessRun, Limits, ModelEndpoint, Status, Task
@@ -35,6 +36,36 @@ RUN_DIR = "/var/tmp/orchard-harness"
 """Per-run files of the harness (config, its home, transcript), outside the repository."""
 PLACEHOLDER_KEY = "orchard-session"
 """The API key CLIs insist on: the proxy's credential is the session path in the URL."""
+_MCP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """An MCP server the harness is told about (in its own config format): ``url`` (streamable
+    HTTP, as a process in the sandbox reaches it) or ``command`` (argv of a stdio server the
+    harness launches in the sandbox), exactly one of them."""
+
+    url: str | None = None
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (not self.command):
+            raise ValueError("an MCP server has a url or a command, exactly one of them")
+        if self.url is not None and not re.match(r"^https?://[^\s]+$", self.url):
+            raise ValueError(f"MCP server url {self.url!r} is not an http(s) URL")
+
+
+def check_mcp_servers(servers: Mapping[str, McpServer]) -> dict[str, McpServer]:
+    """The servers by name; a name must be a plain identifier (it becomes a config key and a
+    prefix of the tools' names)."""
+    for name, server in servers.items():
+        if not _MCP_NAME.match(name):
+            raise ValueError(f"MCP server name {name!r}: letters, digits, '_' and '-' only")
+        if not isinstance(server, McpServer):
+            raise TypeError(f"MCP server {name!r} is a {type(server).__name__}, not an McpServer")
+    return dict(servers)
+
 
 # Output that means the model endpoint (the proxy, the upstream) failed, not the agent.
 _ENDPOINT_FAILURE = re.compile(
@@ -76,8 +107,18 @@ class CliHarness(abc.ABC):
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
     """What proves the CLI starts (mini has no --version: its --help)."""
 
-    def __init__(self, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, extra_args: tuple[str, ...] = (), mcp_servers: Mapping[str, McpServer] | None = None
+    ) -> None:
         self.extra_args = tuple(extra_args)
+        self.mcp_servers = check_mcp_servers(mcp_servers or {})
+        """MCP servers the CLI is configured with (by the subclass, in its own format); a CLI
+        whose adapter does not support them refuses them at construction."""
+        if self.mcp_servers and not self.supports_mcp:
+            raise ValueError(f"the {self.name} adapter does not configure MCP servers")
+
+    supports_mcp: ClassVar[bool] = False
+    """Whether :attr:`mcp_servers` reach the CLI's config (Codex, OpenClaw)."""
 
     # ---- what a subclass says -------------------------------------------------------
 

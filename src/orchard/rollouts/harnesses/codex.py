@@ -10,6 +10,10 @@ tools). Codex's own
 OS sandbox is off (``--dangerously-bypass-approvals-and-sandbox``): the Orchard sandbox is
 the boundary, and Codex's landlock/seccomp sandbox needs privileges a container lacks.
 
+MCP: each of ``mcp_servers`` becomes a ``[mcp_servers.<name>]`` table of that config
+(``url`` for streamable HTTP, ``command``/``args`` for stdio); Codex offers their tools to
+the model as function tools beside its own.
+
 Transcript: ``codex exec --json`` prints one JSON event a line (thread, turns, items:
 commands run, file changes, agent messages); that list is returned, with the last agent
 message (``--output-last-message``) as the submission. ``steps`` counts the completed
@@ -41,6 +45,7 @@ class Codex(CliHarness):
     name = "codex"
     command = "codex"
     wire_format = "responses"
+    supports_mcp = True
 
     def files(self, task: Task, model: ModelEndpoint, limits: Limits) -> dict[str, str]:
         config = "\n".join(
@@ -72,9 +77,28 @@ class Codex(CliHarness):
                 f"[projects.{_toml(task.workdir)}]",
                 'trust_level = "trusted"',
                 "",
+                *self._mcp_config(),
             ]
         )
         return {f"{CODEX_HOME}/config.toml": config}
+
+    def _mcp_config(self) -> list[str]:
+        """``[mcp_servers.<name>]`` tables: ``url`` (streamable HTTP) or ``command`` + ``args``."""
+        lines: list[str] = []
+        for name, server in self.mcp_servers.items():
+            lines.append(f"[mcp_servers.{name}]")
+            if server.url is not None:
+                lines.append(f"url = {_toml(server.url)}")
+            else:
+                lines.append(f"command = {_toml(server.command[0])}")
+                lines.append(f"args = [{', '.join(_toml(a) for a in server.command[1:])}]")
+            lines.append("startup_timeout_sec = 60")
+            lines.append("tool_timeout_sec = 120")
+            if server.env:
+                lines.append(f"[mcp_servers.{name}.env]")
+                lines.extend(f"{_toml(k)} = {_toml(v)}" for k, v in server.env.items())
+            lines.append("")
+        return lines
 
     def env(self, task: Task, model: ModelEndpoint, limits: Limits) -> dict[str, str]:
         return {"CODEX_HOME": CODEX_HOME, KEY_ENV: PLACEHOLDER_KEY, "RUST_LOG": "error"}

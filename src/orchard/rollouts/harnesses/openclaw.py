@@ -7,6 +7,10 @@ discovery of other providers), and private-network access allowed for that exact
 (the proxy is reached on a node-local address). No Gateway is started; the agent's own
 sandbox is off (the Orchard sandbox is the boundary), its tools are scoped to ``--cwd``.
 
+MCP: ``mcp_servers`` go into the config's ``mcp.servers`` (``url`` with ``transport:
+"streamable-http"``, or ``command``/``args``), which OpenClaw's embedded agent connects to
+and offers as tools.
+
 Limits: ``--timeout`` = ``Limits.max_seconds`` (OpenClaw exits 2 on it: TRUNCATED); it has
 no step limit of its own.
 
@@ -23,7 +27,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .._types import HarnessRun, Limits, ModelEndpoint, Status, Task
-from ._cli import PLACEHOLDER_KEY, RUN_DIR, CliHarness, json_lines
+from ._cli import PLACEHOLDER_KEY, RUN_DIR, CliHarness, McpServer, json_lines
 
 if TYPE_CHECKING:
     from orchard import AsyncSandbox, ExecResult
@@ -34,10 +38,23 @@ PROMPT = f"{RUN_DIR}/openclaw-task.md"
 _MODEL_ERROR_KINDS = ("model", "provider", "network", "auth", "http", "fallback")
 
 
+def _mcp_entry(server: McpServer) -> dict[str, Any]:
+    """One ``mcp.servers`` entry of OpenClaw's config."""
+    entry: dict[str, Any]
+    if server.url is not None:
+        entry = {"url": server.url, "transport": "streamable-http"}
+    else:
+        entry = {"command": server.command[0], "args": list(server.command[1:])}
+    if server.env:
+        entry["env"] = dict(server.env)
+    return {**entry, "connectionTimeoutMs": 60_000, "requestTimeoutMs": 120_000}
+
+
 class OpenClaw(CliHarness):
     name = "openclaw"
     command = "openclaw"
     wire_format = "chat"
+    supports_mcp = True
 
     def files(self, task: Task, model: ModelEndpoint, limits: Limits) -> dict[str, str]:
         config: dict[str, Any] = {
@@ -66,6 +83,10 @@ class OpenClaw(CliHarness):
             },
             "agents": {"defaults": {"model": {"primary": f"orchard/{model.model}"}}},
         }
+        if self.mcp_servers:
+            config["mcp"] = {
+                "servers": {name: _mcp_entry(s) for name, s in self.mcp_servers.items()}
+            }
         return {CONFIG: json.dumps(config, indent=2), PROMPT: task.prompt}
 
     def env(self, task: Task, model: ModelEndpoint, limits: Limits) -> dict[str, str]:
