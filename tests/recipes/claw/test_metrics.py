@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from orchard.recipes.claw.metrics import (
     TrialOutcome,
     markdown_table,
@@ -42,7 +41,7 @@ def test_estimator_inputs() -> None:
         pass_at_k(3, 1, 0)
 
 
-def T(task: str, cat: str, harness: str, score: float | None) -> TrialOutcome:  # noqa: N802
+def T(task: str, cat: str, harness: str, score: float | None) -> TrialOutcome:
     return TrialOutcome(task, cat, harness, score, passed=score is not None and score >= 0.75)
 
 
