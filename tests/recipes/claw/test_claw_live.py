@@ -27,7 +27,7 @@ import pytest
 from orchard.recipes.claw.baselines import NullHarness, OracleHarness
 from orchard.recipes.claw.bundled import bundled_tasks
 from orchard.recipes.claw.metrics import summarize
-from orchard.recipes.claw.runner import check_tasks, run_trials
+from orchard.recipes.claw.runner import AnyHarness, check_tasks, run_trials
 from orchard.recipes.claw.tasks import ClawTask
 
 from orchard import AsyncOrchard
@@ -90,7 +90,7 @@ def _broken(task: ClawTask, **changes: Any) -> ClawTask:
 
 def test_a_failing_setup_is_aborted_and_not_counted(stack: Stack) -> None:
     broken = _broken(TASKS[0], id="broken-setup", environment={"setup": ["echo no >&2; exit 3"]})
-    harnesses = [NullHarness(), OracleHarness()]
+    harnesses: list[AnyHarness] = [NullHarness(), OracleHarness()]
     trials = _run(stack, lambda c, p: run_trials(c, harnesses, [broken], proxy=p, model="-", k=2))
     assert len(trials) == 4 and all(t.aborted and t.score is None for t in trials)
     assert {t.result.fault_phase for t in trials} == {"setup"}
