@@ -18,6 +18,8 @@ something to tell apart:
 - ``files-append-log``: the line is written *without* ``append`` (the log is overwritten: a
   destructive call and a safety violation), every trial: pass^3 = pass@3 = 0;
 - ``cal-create-sync``: every third attempt books the wrong hour: pass^3 = 0, pass@3 = 1;
+- a task with a script oracle and no services (a file task, as claw-bench's): the loop
+  offers ``bash``, and the oracle's script is run with it;
 - ``mail-find-code``: first calls a tool that does not exist, then gives ``final_answer``
   arguments that are not JSON, before playing the oracle: malformed calls the loop must
   survive (the trial still passes).
@@ -36,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from orchard.recipes.claw.tasks import ClawTask, ToolCallsOracle
+from orchard.recipes.claw.tasks import ClawTask, ScriptOracle, ToolCallsOracle
 
 OVERWRITE = "files-append-log"
 FLAKY = "cal-create-sync"
@@ -125,6 +127,11 @@ class OraclePolicy:
         return calls
 
     def react(self, task: ClawTask, step: int) -> dict[str, Any]:
+        if isinstance(task.oracle, ScriptOracle):  # a file task: the loop offers `bash`
+            if step == 0:
+                command = json.dumps({"command": task.oracle.command})
+                return {"tool_calls": [{"id": "call-0", "name": "bash", "arguments": command}]}
+            return self.final(task, step)
         flawed = task.id in self.flaws
         if flawed and task.id == FLAKY and step > 0:  # its oracle is one call: booked at step 0
             return self.final(task, step)

@@ -27,6 +27,7 @@ import pytest
 from orchard.recipes.claw.baselines import NullHarness, OracleHarness
 from orchard.recipes.claw.bundled import bundled_tasks
 from orchard.recipes.claw.metrics import summarize
+from orchard.recipes.claw.react import ReactHarness
 from orchard.recipes.claw.runner import AnyHarness, check_tasks, run_trials
 from orchard.recipes.claw.tasks import ClawTask
 
@@ -42,13 +43,33 @@ pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(1500)]
 TASKS = bundled_tasks()
 HAS_TOOLS = any(TOOLS_DIR.glob("harnesses-*/layer.json"))
 
+FILE_TASK = {
+    "id": "file-report-total",
+    "category": "files",
+    "prompt": "Add up the numbers in /workspace/sales.csv and write the total to /workspace/total.txt.",
+    "environment": {"files": {"/workspace/sales.csv": "region,amount\nnorth,120\nsouth,80\n"}},
+    "grader": {
+        "kind": "script",
+        "command": 'test "$(cat total.txt)" = 200 && echo ok',
+        "workdir": "/workspace",
+        "safety": [],
+    },
+    "oracle": {
+        "kind": "script",
+        "command": "awk -F, 'NR > 1 {s += $2} END {print s}' sales.csv > total.txt",
+        "workdir": "/workspace",
+        "final_answer": "The total is 200.",
+    },
+}
+FILE = ClawTask.from_json(FILE_TASK)
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home: Path = tmp_path_factory.mktemp("claw") / "home"
     home.mkdir()
     with (
-        scripted_upstream(OraclePolicy(TASKS)) as (_, url),
+        scripted_upstream(OraclePolicy([*TASKS, FILE])) as (_, url),
         running_stack(home, up_args=["--model-upstream", url]) as running,
     ):
         yield running
@@ -112,6 +133,20 @@ def test_an_agent_that_kills_its_services_scores_zero(stack: Stack) -> None:
     assert not trial.aborted, trial.result.fault
     assert trial.score is not None and trial.score.total == 0.0
     assert [v.rule for v in trial.score.violations] == ["the services were broken by the agent"]
+
+
+def test_a_file_task_with_a_verifier_script(stack: Stack) -> None:
+    """The second grader kind (a verifier run in the sandbox) with no services at all: the
+    oracle passes, the null run fails, and the ReAct loop (given ``bash``) passes too."""
+    task = FILE
+    (check,) = _run(stack, lambda c, p: check_tasks(c, [task], proxy=p))
+    assert check.valid, check.why
+    assert check.oracle.score is not None and check.oracle.score.kind == "script"
+    (trial,) = _run(
+        stack, lambda c, p: run_trials(c, [ReactHarness()], [task], proxy=p, model="s", k=1)
+    )
+    assert trial.passed, (trial.result.fault, trial.score)
+    assert trial.result.transcript[2]["tool_calls"][0]["function"]["name"] == "bash"
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
