@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from orchard.recipes.claw.bundled import bundled_tasks
 from orchard.recipes.claw.metrics import summarize
 from orchard.recipes.claw.react import ReactHarness
 from orchard.recipes.claw.runner import AnyHarness, check_tasks, run_trials
+from orchard.recipes.claw.services import runtime
 from orchard.recipes.claw.tasks import ClawTask
 
 from orchard import AsyncOrchard
@@ -41,6 +43,7 @@ from .policies import FLAKY, MALFORMED, OVERWRITE, OraclePolicy
 pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(1500)]
 
 TASKS = bundled_tasks()
+NODE_HOME = Path(os.environ.get("ORCHARD_HOME") or "/var/lib/orchard")
 HAS_TOOLS = any(TOOLS_DIR.glob("harnesses-*/layer.json"))
 
 FILE_TASK = {
@@ -68,6 +71,13 @@ FILE = ClawTask.from_json(FILE_TASK)
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home: Path = tmp_path_factory.mktemp("claw") / "home"
     home.mkdir()
+    # the services' runtime (`make claw-services`) is the node's: the test's home links it
+    built = runtime.find(runtime.runtime_dir(NODE_HOME))
+    if built is None:
+        pytest.skip("the Claw services' runtime is not built (make claw-services)")
+    link = runtime.runtime_dir(home)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(built.folder)
     with (
         scripted_upstream(OraclePolicy([*TASKS, FILE])) as (_, url),
         running_stack(home, up_args=["--model-upstream", url]) as running,
