@@ -27,9 +27,10 @@ from typing import Any
 import pytest
 from orchard.recipes.claw.baselines import NullHarness, OracleHarness
 from orchard.recipes.claw.bundled import bundled_tasks
+from orchard.recipes.claw.harness import AnyHarness
 from orchard.recipes.claw.metrics import summarize
 from orchard.recipes.claw.react import ReactHarness
-from orchard.recipes.claw.runner import AnyHarness, check_tasks, run_trials
+from orchard.recipes.claw.runner import check_tasks, run_trials
 from orchard.recipes.claw.services import runtime
 from orchard.recipes.claw.tasks import ClawTask
 
@@ -173,6 +174,7 @@ def test_the_command_runs_the_bundled_set_over_two_harnesses(stack: Stack, tmp_p
         env=stack.env, capture_output=True, text=True, timeout=1400,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    print(done.stdout[-4000:])  # the table (pytest -s shows it)
     n = len(TASKS)
     metrics = json.loads((out / "metrics.json").read_text())
     react, codex = metrics["harnesses"]
