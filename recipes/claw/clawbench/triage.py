@@ -84,8 +84,10 @@ def _short(text: str, limit: int = 300) -> str:
 
 
 def _check_name(component: str) -> str:
-    """``Class::test`` or ``test_output::test`` of a JUnit ``classname::name``."""
-    return component.rsplit(".", 1)[-1]
+    """``Class::test`` or ``test_output::test`` of a JUnit ``classname::name`` (a note in
+    brackets after it kept whole)."""
+    name, bracket, note = component.partition(" [")
+    return name.rsplit(".", 1)[-1] + bracket + note
 
 
 def failing_checks(score: Score) -> list[str]:
@@ -143,7 +145,7 @@ def judge(check: TaskCheck) -> Verdict:
     assert ref.score is not None and nul.score is not None
     if ref.score.total < 1.0:
         code, solution_out = solution_output(ref)
-        checked = verifier_output(ref)
+        checked = verifier_output(ref) + "\n".join(c.name for c in ref.score.components)
         for text, who in ((solution_out, "the reference solution"), (checked, "the verifier")):
             found = missing_piece(text)
             if found:

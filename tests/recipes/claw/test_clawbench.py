@@ -135,6 +135,9 @@ def test_the_score_script_reads_real_pytest_reports(tmp_path: Path) -> None:
     assert (clean["score"], clean["all_passed"], clean["problem"]) == (1.0, True, None)
     broken = _junit(tmp_path, "import no_such_module_here\ndef test_a(): pass\n")
     assert broken["score"] == 0.0 and broken["errors"] == 1 and not broken["all_passed"]
+    assert list(broken["components"]) == [  # type: ignore[call-overload]
+        "test_sample [does not import: ModuleNotFoundError: No module named 'no_such_module_here']"
+    ]
     empty = _junit(tmp_path, "x = 1\n")
     assert empty["score"] == 0.0 and empty["problem"] == "the verifier ran no check"
     missing = junit_score.score(str(tmp_path / "none.xml"), 137)

@@ -8,7 +8,9 @@ then one JSON line (the grader reads the last line, ``orchard.recipes.claw.gradi
      "all_passed": bool, "exit_code": n, "problem": "..." | null}
 
 ``score`` is claw-bench's own (``core/runner.py``: checks passed over checks run); a skipped
-test is not counted, a collection error is a failed check; ``all_passed`` is claw-bench's
+test is not counted, a collection error is a failed check, named by the module and the error's
+last line (``test_output [does not import: ModuleNotFoundError: No module named 'yaml']``: the
+grader keeps component names, so the reason a verifier cannot run survives into the score); ``all_passed`` is claw-bench's
 ``passed`` (no failure or error, at least one check). No JUnit file, or one that does not
 parse (pytest killed by its timeout, a crash), is score 0 with ``problem`` saying so. Why JUnit
 and not pytest's text summary, which claw-bench's ``verifier._parse_stdout`` reads: that parser
@@ -38,8 +40,13 @@ def score(junit_path: str, exit_code: int) -> dict[str, object]:
         if case.find("skipped") is not None:
             counts["skipped"] += 1
             continue
-        if case.find("error") is not None:
+        error = case.find("error")
+        if error is not None:
             kind = "errors"
+            if not case.get("classname"):  # the module itself did not import
+                lines = [line for line in (error.text or "").splitlines() if line.strip()]
+                why = lines[-1].strip().removeprefix("E").strip() if lines else "?"
+                name = f"{name} [does not import: {why[:200]}]"
         elif case.find("failure") is not None:
             kind = "failed"
         else:
