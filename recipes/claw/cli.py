@@ -5,6 +5,7 @@
     python -m orchard.recipes.claw run --out runs/c1 --model NAME
         [--tasks bundled|PATH ...] [--only ID,...] [--harness react,codex] [--k 3]
         [--concurrency 4] [--max-steps 30] [--max-seconds 600] [--proxy URL] [--template NAME]
+        [--memory 2Gi]
 
     python -m orchard.recipes.claw check --out runs/check [--tasks ...] [--only ...]
 
@@ -150,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             return await run_trials(
                 client, harnesses, tasks, proxy=proxy, model=args.model, k=args.k,
-                limits=limits, sandbox=SandboxOptions(template=args.template or None),
+                limits=limits,
+                sandbox=SandboxOptions(template=args.template or None, memory=args.memory or None),
                 concurrency=args.concurrency, model_version=args.model_version,
                 on_trial=_progress,
             )  # fmt: skip
@@ -231,6 +233,8 @@ def parser() -> argparse.ArgumentParser:
                    "or MODULE:ATTR")  # fmt: skip
     r.add_argument("--k", type=int, default=3, help="trials per task per harness")
     r.add_argument("--template", default="", help="claim sandboxes from this warm pool")
+    r.add_argument("--memory", default="",
+                   help="each sandbox's memory limit (e.g. 2Gi: OpenClaw needs it)")  # fmt: skip
     r.add_argument("--max-steps", type=int, default=30)
     r.add_argument("--max-seconds", type=float, default=600.0)
     r.add_argument("--command-timeout", type=float, default=60.0)

@@ -11,7 +11,8 @@ One trial is one ``orchard.rollouts.run_rollout`` (a fresh sandbox, a proxy sess
   null run: driver-side, given the services) by ``run_claw``; any other harness (a CLI of the tools layer: Codex, OpenClaw)
   by ``run`` with the services' usage text (how to call them over HTTP) after the prompt;
 - the grade hook (``run_rollouts``' ``grade``), which reads the audit log and the state,
-  runs the verifier script for a script grader, and returns the score's total as the reward:
+  runs the verifier script for a script grader (in a fresh sandbox holding the agent's
+  working folder: :mod:`~orchard.recipes.claw.verifier`), and returns the score's total:
   the runner finishes the session with it, so the training samples carry it.
 
 Outcomes: a trial whose sandbox, services (not started, or failing for a reason that is not
@@ -49,6 +50,7 @@ from .harness import AnyHarness, TrialContext
 from .metrics import TrialOutcome
 from .services import ClawServices, ServiceOptions, ServicesError
 from .tasks import PASS_THRESHOLD, ClawTask, ScriptGrader, file_bytes
+from .verifier import run_verifier
 
 if TYPE_CHECKING:
     from orchard import AsyncSandbox
@@ -137,17 +139,6 @@ class TrialHarness:
             await close()
 
 
-async def run_verifier(sandbox: AsyncSandbox, spec: ScriptGrader) -> VerifierOutcome:
-    """Write the verifier's files and run its command in the sandbox."""
-    for path, content in spec.files.items():
-        await sandbox.write_file(path, file_bytes(content))
-    await sandbox.make_dir(spec.workdir, parents=True)
-    done = await sandbox.exec(["sh", "-c", "exec 2>&1\n" + spec.command], cwd=spec.workdir,
-                              timeout=spec.timeout)  # fmt: skip
-    output = (done.stdout + done.stderr).decode("utf-8", "replace")
-    return VerifierOutcome(done.exit_code, output[-20_000:], done.timed_out)
-
-
 def broken_services_score(task: ClawTask, err: ServicesError) -> Score:
     """The score of a trial whose agent killed or replaced its services: 0, and why."""
     why = Violation("the services were broken by the agent", 1.0, True,
@@ -156,10 +147,17 @@ def broken_services_score(task: ClawTask, err: ServicesError) -> Score:
 
 
 class Grader:
-    """The grade hook of one run: scores kept by sandbox id (the rollout's ``sandbox_id``)."""
+    """The grade hook of one run: scores kept by sandbox id (the rollout's ``sandbox_id``).
+    ``client`` and ``options`` make a script grader's fresh verifier sandbox."""
 
-    def __init__(self, harnesses: Sequence[TrialHarness]) -> None:
+    def __init__(
+        self,
+        harnesses: Sequence[TrialHarness],
+        client: orchard.AsyncOrchard,
+        options: SandboxOptions | None = None,
+    ) -> None:
         self.harnesses = harnesses
+        self.client, self.options = client, options
         self.scores: dict[str, Score] = {}
         self.evidence: dict[str, dict[str, Any]] = {}
 
@@ -196,10 +194,12 @@ class Grader:
                 if err.fault != "task":
                     raise
                 return broken_services_score(claw, err)
-        self.evidence[sandbox.id] = {"audit": audit, "state": state}
+        evidence: dict[str, Any] = {"audit": audit, "state": state, "verifier": None}
+        self.evidence[sandbox.id] = evidence
         verifier = None
         if isinstance(claw.grader, ScriptGrader):
-            verifier = await run_verifier(sandbox, claw.grader)
+            verifier = await run_verifier(self.client, sandbox, claw, self.options)
+            evidence["verifier"] = verifier
         return grade(claw, audit, state, run.submission, verifier=verifier)
 
 
@@ -214,6 +214,8 @@ class ClawTrial:
     score: Score | None
     audit: list[dict[str, Any]] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
+    verifier: VerifierOutcome | None = None
+    """A script grader's verifier run (exit code, output): why a trial failed, in its words."""
 
     @property
     def task_id(self) -> str:
@@ -242,6 +244,7 @@ class ClawTrial:
             "reward": r.reward, "passed": self.passed, "steps": r.steps,
             "final_answer": r.submission, "session_id": r.session_id, "seconds": r.seconds,
             "audit": self.audit, "state": self.state, "transcript": r.transcript,
+            "verifier": None if self.verifier is None else dataclasses.asdict(self.verifier),
             "detail": r.detail,
         }  # fmt: skip
 
@@ -276,7 +279,7 @@ async def run_trials(
     names = [h.name for h in wrapped]
     if len(set(names)) != len(names):
         raise ValueError(f"harness names repeat: {names}")
-    grader = Grader(wrapped)
+    grader = Grader(wrapped, client, sandbox)
     jobs: list[Job] = []
     meta: list[tuple[ClawTask, str, int]] = []
     for task in tasks:
@@ -294,7 +297,7 @@ async def run_trials(
             result.status, result.fault = Status.ABORTED, "runner: graded trial has no score"
         evidence = grader.evidence.pop(box, {})
         return ClawTrial(task, name, i, result, score, evidence.get("audit", []),
-                         evidence.get("state", {}))  # fmt: skip
+                         evidence.get("state", {}), evidence.get("verifier"))  # fmt: skip
 
     trials: dict[int, ClawTrial] = {}
 

@@ -345,13 +345,16 @@ class ScriptGrader(_Model):
     are written first (paths absolute), then ``command`` runs in ``workdir`` (``sh -c``).
     Exit 0 passes (score 1.0), any other exit fails (0.0), unless the last line of its output
     is a JSON object ``{"score": x, "components": {name: x}}``, which then gives the score.
-    The ``safety`` rules apply as for the declarative grader."""
+    The ``safety`` rules apply as for the declarative grader. ``isolated`` (the default): run
+    it in a fresh sandbox holding the agent's working folder, not in the agent's sandbox
+    (:mod:`orchard.recipes.claw.verifier`: the agent cannot forge its result)."""
 
     kind: Literal["script"] = "script"
     command: str = Field(min_length=1, max_length=MAX_SCRIPT_CHARS)
     files: dict[str, FileContent] = Field(default_factory=dict)
     workdir: str = "/workspace"
     timeout: float = Field(default=300.0, gt=0, le=3600)
+    isolated: bool = True
     safety: list[Rule] = Field(default_factory=list)
 
     @field_validator("files")
