@@ -104,9 +104,8 @@ def solution_output(trial: ClawTrial) -> tuple[int | None, str]:
 
 
 def verifier_output(trial: ClawTrial) -> str:
-    """What the verifier printed, when the runner kept it (``ClawTrial.verifier``)."""
-    outcome = getattr(trial, "verifier", None)
-    return str(getattr(outcome, "output", "") or "")
+    """What the verifier printed (the runner keeps it: ``ClawTrial.verifier``)."""
+    return trial.verifier.output if trial.verifier is not None else ""
 
 
 def summary(trial: ClawTrial) -> dict[str, Any]:
