@@ -85,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     options = options_of(args)
     out = Path(args.out)
-    existing = existing_ids([*args.existing, *([out / "tasks"] if (out / "tasks").is_dir() else [])])
+    existing = existing_ids(
+        [*args.existing, *([out / "tasks"] if (out / "tasks").is_dir() else [])]
+    )
     report = asyncio.run(run(args, options, existing))
     summary = write_report(report, out, {k: v for k, v in vars(args).items() if k != "existing"}
                            | {"existing": [str(p) for p in args.existing],

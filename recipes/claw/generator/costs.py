@@ -52,6 +52,7 @@ def shares(usage: Usage, parts: int) -> list[Usage]:
         return []
     out = []
     for i in range(parts):
+
         def cut(total: int, i: int = i) -> int:
             return total // parts + (1 if i < total % parts else 0)
 

@@ -92,7 +92,9 @@ def read_ideas(
         raise MalformedReply('the reply must be {"ideas": [...]} and nothing else')
     if len(items) > MAX_IDEAS:
         raise MalformedReply(f"{len(items)} ideas, over the {MAX_IDEAS} a reply may hold")
-    taken, rejected, seen = [], [], set(existing)
+    taken: list[Idea] = []
+    rejected: list[RejectedIdea] = []
+    seen = set(existing)
     for n, item in enumerate(items):
         raw_id = str(item.get("id", f"#{n}"))[:80] if isinstance(item, dict) else f"#{n}"
         try:
@@ -105,7 +107,9 @@ def read_ideas(
             rejected.append(RejectedIdea(idea.id, "duplicate", f"{why}: {idea.id}"))
             continue
         if len(taken) >= limit:
-            rejected.append(RejectedIdea(idea.id, "over_limit", f"over the {limit} ideas asked for"))
+            rejected.append(
+                RejectedIdea(idea.id, "over_limit", f"over the {limit} ideas asked for")
+            )
             continue
         seen.add(idea.id)
         taken.append(idea)

@@ -49,7 +49,7 @@ The task format:
 {format_reference}"""
 
 BUILD_TEMPLATE = """\
-Write the task for this idea. Its "id" must be "{id}".
+Write the task for this idea. Its "id" must be "{id}" and its "category" "{category}".
 
 {idea}"""
 
@@ -68,7 +68,8 @@ The idea:
 The task as it stands:
 {task}
 
-Write the whole revised task as one JSON object. Keep its "id" "{id}"."""
+Write the whole revised task as one JSON object. Keep its "id" "{id}" and its "category" \
+"{category}"."""
 
 SYSTEM_PROMPTS = {"propose": PROPOSE_SYSTEM, "build": BUILD_SYSTEM, "revise": BUILD_SYSTEM}
 """The system prompt of each stage's conversation (build and revise share one)."""

@@ -97,6 +97,10 @@ def _written_task(backend: TaskBackend, idea: Idea, reply: str) -> tuple[Any, di
     data = json_object(reply)
     if data.get("id") != idea.id:
         raise InvalidTask(f'the task\'s "id" must be "{idea.id}", not {data.get("id")!r:.80}')
+    if data.get("category") != idea.category:
+        raise InvalidTask(
+            f'the task\'s "category" must be "{idea.category}", not {data.get("category")!r:.80}'
+        )
     return backend.parse(data), data
 
 
@@ -128,7 +132,7 @@ async def build(
     model: GenerationModel, backend: TaskBackend, idea: Idea, *, attempts: int = 3
 ) -> Written:
     """The model writes the task for ``idea``; repaired with the error, ``attempts`` replies."""
-    first = prompts.BUILD_TEMPLATE.format(id=idea.id, idea=_idea_text(idea))
+    first = prompts.BUILD_TEMPLATE.format(id=idea.id, category=idea.category, idea=_idea_text(idea))
     return await _write(model, backend, idea, "build", first, attempts)
 
 
@@ -143,7 +147,7 @@ async def revise(
 ) -> Written:
     """The model rewrites a task that failed validation, given the feedback."""
     first = prompts.REVISE_TEMPLATE.format(
-        feedback=feedback, idea=_idea_text(idea), id=idea.id,
+        feedback=feedback, idea=_idea_text(idea), id=idea.id, category=idea.category,
         task=json.dumps(task_data, indent=2, ensure_ascii=False),
     )  # fmt: skip
     return await _write(model, backend, idea, "revise", first, attempts)

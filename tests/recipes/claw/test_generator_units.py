@@ -38,7 +38,7 @@ def test_a_reply_is_one_object_or_one_fenced_object() -> None:
         ('```json\n{"a": 1}\n```\n```json\n{"b": 2}\n```', "2 fenced blocks"),
         ('{"a": 1', "does not parse"),
         ("[1, 2, 3]", "0 fenced blocks"),
-        ('```json\n[1, 2]\n```', "a list, not an object"),
+        ("```json\n[1, 2]\n```", "a list, not an object"),
         ('{"a": 1} {"b": 2}', "does not parse"),
         ('{"a": NaN}', None),
     ],
@@ -203,16 +203,16 @@ def test_options_are_checked() -> None:
 def test_the_docs_quote_every_prompt_verbatim() -> None:
     text = DOCS.read_text()
     for name, prompt in prompts.ALL.items():
-        assert f"```text title=\"{name}\"\n{prompt}\n```" in text, name
+        assert f'```text title="{name}"\n{prompt}\n```' in text, name
 
 
 def test_the_templates_take_exactly_their_fields() -> None:
     fields = {
         "PROPOSE_TEMPLATE": {"count", "category", "capabilities", "existing"},
         "BUILD_SYSTEM": {"format_reference"},
-        "BUILD_TEMPLATE": {"id", "idea"},
+        "BUILD_TEMPLATE": {"id", "category", "idea"},
         "REPAIR_TEMPLATE": {"error"},
-        "REVISE_TEMPLATE": {"feedback", "idea", "task", "id"},
+        "REVISE_TEMPLATE": {"feedback", "idea", "task", "id", "category"},
     }
     import string
 
@@ -223,3 +223,64 @@ def test_the_templates_take_exactly_their_fields() -> None:
     shown = prompts.PROPOSE_TEMPLATE.format(count=3, category="c", capabilities="", existing="")
     shape = shown.split("exactly this JSON shape:\n", 1)[1].split("\nIds are", 1)[0]
     assert set(json.loads(shape)) == {"ideas"}
+
+
+# --- the recipe's format, held to the generator's policy --------------------------------------
+
+
+def _example(**changes: object) -> dict[str, object]:
+    import copy
+
+    from orchard.recipes.claw.generator.claw import EXAMPLE
+
+    out = copy.deepcopy(EXAMPLE)
+    out.update(changes)
+    return out
+
+
+def test_the_worked_example_is_a_valid_task_and_round_trips() -> None:
+    from orchard.recipes.claw.generator.claw import ClawFormat
+
+    fmt = ClawFormat()
+    task = fmt.parse(_example())
+    assert fmt.parse(fmt.to_json(task)) == task
+    reference = fmt.format_reference()
+    assert '"reply-budget"' in reference and "mail_send" in reference
+    assert all(f"- {name}: tools" in fmt.capabilities() for name in fmt.services())
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"environment": {"image": "evil:latest"}}, "environment.image"),
+        ({"services": ["mail", "spaceship"]}, "services"),
+        ({"grader": {"kind": "checks", "components": []}}, "grader"),
+        ({"fixtures": {"mail": {"messages": [{"id": "m1"}]}}}, "fixtures.mail.messages.0"),
+        ({"fixtures": {"mail": {"inbox": []}}}, "fixtures.mail.inbox"),
+        ({"prompt": "x" * 300_000}, "over 262144"),
+    ],
+)
+def test_an_invalid_generated_task_names_what_to_fix(changes: dict[str, object], why: str) -> None:
+    from orchard.recipes.claw.generator.backend import InvalidTask
+    from orchard.recipes.claw.generator.claw import ClawFormat
+
+    with pytest.raises(InvalidTask, match=re.escape(why)):
+        ClawFormat().parse(_example(**changes))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "refused"),
+    [("^re:", False), ("(a+)+$", True), ("(x*)*", True), ("(a|aa)+", True), (r"\(a+\)+", False),
+     ("(ab)+", False), ("a{1,3}b", False), ("x" * 201, True)],
+)  # fmt: skip
+def test_catastrophic_regexes_are_refused(pattern: str, refused: bool) -> None:
+    from orchard.recipes.claw.generator.backend import InvalidTask
+    from orchard.recipes.claw.generator.policy import check
+
+    task = _example()
+    task["grader"]["components"][0]["checks"][0]["where"]["arguments.to"] = {"regex": pattern}  # type: ignore[index]
+    if refused:
+        with pytest.raises(InvalidTask, match="regex"):
+            check(task)
+    else:
+        check(task)
