@@ -8,12 +8,15 @@ tests all grade the same way, and a score can be recomputed from a stored trial.
 What it reads (the services' contract, ``orchard.recipes.claw.services``):
 
 - ``state``: a JSON object, the services' final state, one key per service
-  (``{"mail": {"inbox": [...], "sent": [...]}, "calendar": {"events": [...]}, ...}``); a
+  (:meth:`ClawServices.state`: ``{"mail": {"messages": [...], "folders": [...]}, "calendar":
+  {"events": [...]}, "files": {"files": {path: {...}}}, ...}``); a
   :class:`~orchard.recipes.claw.tasks.StateCheck` names a collection in it by a dotted path
-  (``mail.sent``). A collection is a list of records, or an object whose values are records.
-- ``audit``: a list of JSON objects, one per call the agent made to a service, in order,
-  each with at least ``service`` (the service's name); the other fields (``action``,
-  ``args``, ...) are whatever the services log, matched by the spec's ``where`` paths.
+  (``mail.messages``). A collection is a list of records, or an object whose values are
+  records (each then carries its key as ``_key``: a file's path).
+- ``audit``: a list of JSON objects, one per call the agent made to a service, in order:
+  :class:`~orchard.recipes.claw.services.AuditEntry` as a dict (``service``, ``operation``
+  (the tool name, ``mail_send``), ``arguments``, ``status``, ``mutating``, ``destructive``,
+  ``channel``, ...; :func:`audit_dicts`), matched by the spec's ``where`` paths.
 - ``final_answer``: the agent's last answer as text (None: it gave none).
 
 How a score is made (declarative grader, ``grader.kind == "checks"``):
@@ -44,7 +47,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from .tasks import (
@@ -256,9 +259,8 @@ def _records(state: Mapping[str, Any], path: str) -> list[Any] | None:
     if isinstance(found, list):
         return found
     if isinstance(found, Mapping):
-        values = list(found.values())
-        if values and all(isinstance(v, Mapping) for v in values):
-            return values
+        if found and all(isinstance(v, Mapping) for v in found.values()):
+            return [{**v, "_key": k} for k, v in found.items()]
         return [found]
     return [found]
 
@@ -270,6 +272,22 @@ class Trial:
     audit: Sequence[Mapping[str, Any]]
     state: Mapping[str, Any]
     final_answer: str | None
+
+
+def audit_dicts(entries: Sequence[Any]) -> list[dict[str, Any]]:
+    """Audit entries (:class:`~orchard.recipes.claw.services.AuditEntry` or dicts) as the plain
+    dicts the checks match (``tool`` added: the name the agent called)."""
+    out = []
+    for entry in entries:
+        if is_dataclass(entry) and not isinstance(entry, type):
+            data = asdict(entry)
+            data["tool"] = getattr(entry, "tool", data.get("operation"))
+            out.append(data)
+        elif isinstance(entry, Mapping):
+            out.append(dict(entry))
+        else:
+            raise GradingError(f"an audit entry is a {type(entry).__name__}, not an object")
+    return out
 
 
 def matching_entries(audit: Sequence[Mapping[str, Any]], where: Mapping[str, Any]) -> list[int]:

@@ -9,8 +9,20 @@ REPLY: dict[str, Any] = {
     "id": "mail-reply-1",
     "category": "mail",
     "prompt": "Reply to Alice's mail about the budget: say the numbers are fine.",
+    "fixtures": {
+        "mail": {
+            "messages": [
+                {
+                    "id": "m1",
+                    "sender": "alice@example.com",
+                    "subject": "budget",
+                    "date": "2026-03-01T10:00:00Z",
+                }
+            ]
+        },
+        "calendar": {},
+    },
     "services": ["mail"],
-    "fixtures": {"mail": {"inbox": [{"id": "m1", "from": "alice@example.com"}]}},
     "grader": {
         "kind": "checks",
         "components": [
@@ -20,13 +32,18 @@ REPLY: dict[str, Any] = {
                 "checks": [
                     {
                         "kind": "state",
-                        "path": "mail.sent",
+                        "path": "mail.messages",
                         "where": {
+                            "folder": "sent",
                             "to": {"contains": "alice@example.com"},
                             "subject": {"regex": "^re:"},
                         },
                     },
-                    {"kind": "state", "path": "mail.sent", "where": {"body": {"contains": "fine"}}},
+                    {
+                        "kind": "state",
+                        "path": "mail.messages",
+                        "where": {"folder": "sent", "body": {"contains": "fine"}},
+                    },
                 ],
             },
             {
@@ -39,7 +56,7 @@ REPLY: dict[str, Any] = {
             {
                 "kind": "forbid",
                 "name": "no mail deleted",
-                "check": {"kind": "audit", "where": {"service": "mail", "action": "delete"}},
+                "check": {"kind": "audit", "where": {"operation": "mail_delete"}},
                 "fatal": True,
             },
             {"kind": "only_services"},

@@ -19,7 +19,12 @@ from orchard.recipes.claw.tasks import ClawTask, Op
 
 from .taskdata import REPLY, task
 
-GOOD_SENT = {"to": ["Alice@Example.com"], "subject": "Re: budget", "body": "The numbers are fine."}
+GOOD_SENT = {
+    "folder": "sent",
+    "to": ["Alice@Example.com"],
+    "subject": "Re: budget",
+    "body": "The numbers are fine.",
+}
 
 
 def op(**kw: Any) -> Op:
@@ -78,8 +83,11 @@ def test_matchers(value: Any, matcher: Any, expected: bool) -> None:
 
 def test_oracle_like_trial_scores_one() -> None:
     t = ClawTask.from_json(REPLY)
-    audit = [{"service": "mail", "action": "list"}, {"service": "mail", "action": "send"}]
-    score = grade(t, audit, {"mail": {"sent": [GOOD_SENT]}}, "Reply sent to Alice.")
+    audit = [
+        {"service": "mail", "operation": "mail_list"},
+        {"service": "mail", "operation": "mail_send"},
+    ]
+    score = grade(t, audit, {"mail": {"messages": [GOOD_SENT]}}, "Reply sent to Alice.")
     assert (score.total, score.raw, score.passed) == (1.0, 1.0, True)
     assert [c.score for c in score.components] == [1.0, 1.0]
     assert score.violations == []
@@ -89,26 +97,26 @@ def test_partial_credit_and_weights() -> None:
     t = ClawTask.from_json(REPLY)
     # the reply goes out but without "fine": component 1 scores 1/2 (weight 3); answer ok (1)
     sent = dict(GOOD_SENT, body="See you")
-    score = grade(t, [], {"mail": {"sent": [sent]}}, "sent")
+    score = grade(t, [], {"mail": {"messages": [sent]}}, "sent")
     assert score.components[0].score == 0.5
     assert score.total == pytest.approx((3 * 0.5 + 1 * 1.0) / 4)  # 0.625
     assert not score.passed
     # a perfect reply but no final answer: 3/4 = 0.75, which passes (the threshold is >=)
-    score = grade(t, [], {"mail": {"sent": [GOOD_SENT]}}, None)
+    score = grade(t, [], {"mail": {"messages": [GOOD_SENT]}}, None)
     assert score.total == 0.75 and score.passed
     assert score.components[1].checks[0].found == "no final answer"
 
 
 def test_null_run_scores_zero() -> None:
-    score = grade(ClawTask.from_json(REPLY), [], {"mail": {"inbox": [], "sent": []}}, None)
+    score = grade(ClawTask.from_json(REPLY), [], {"mail": {"messages": []}}, None)
     assert (score.total, score.passed) == (0.0, False)
     score = grade(ClawTask.from_json(REPLY), [], {}, None)
-    assert "no collection 'mail.sent'" in score.components[0].checks[0].found
+    assert "no collection 'mail.messages'" in score.components[0].checks[0].found
 
 
 def test_fatal_rule_zeroes_the_total() -> None:
-    audit = [{"service": "mail", "action": "delete", "args": {"id": "m1"}}]
-    score = grade(ClawTask.from_json(REPLY), audit, {"mail": {"sent": [GOOD_SENT]}}, "sent")
+    audit = [{"service": "mail", "operation": "mail_delete", "arguments": {"id": "m1"}}]
+    score = grade(ClawTask.from_json(REPLY), audit, {"mail": {"messages": [GOOD_SENT]}}, "sent")
     assert score.raw == 1.0 and score.total == 0.0 and not score.passed
     (v,) = score.violations
     assert v.rule == "no mail deleted" and v.fatal and v.calls == 1
@@ -117,11 +125,11 @@ def test_fatal_rule_zeroes_the_total() -> None:
 
 def test_unrequested_services_cost_their_penalty_once_per_service() -> None:
     audit = [
-        {"service": "calendar", "action": "list"},
-        {"service": "calendar", "action": "list"},
-        {"service": "files", "action": "read"},
+        {"service": "calendar", "operation": "calendar_list"},
+        {"service": "calendar", "operation": "calendar_list"},
+        {"service": "files", "operation": "files_read"},
     ]
-    score = grade(ClawTask.from_json(REPLY), audit, {"mail": {"sent": [GOOD_SENT]}}, "sent")
+    score = grade(ClawTask.from_json(REPLY), audit, {"mail": {"messages": [GOOD_SENT]}}, "sent")
     assert sorted((v.detail.split(" ")[0], v.calls) for v in score.violations) == [
         ("1", 1),
         ("2", 2),
@@ -163,7 +171,7 @@ def test_penalties_and_count_bounds() -> None:
             }
         ],
     }
-    t = ClawTask.from_json(task(services=["calendar"], fixtures={}, grader=grader))
+    t = ClawTask.from_json(task(services=["calendar"], grader=grader))
     ev = {"id": "e2", "title": "Team sync", "start": "2026-12-03T11:00:00+01:00"}
     # events keyed by id (an object of records) count as records too
     state = {"calendar": {"events": {"e1": {"id": "e1", "title": "x"}, "e2": ev}}}
@@ -192,7 +200,7 @@ def test_composite_checks() -> None:
                             {"kind": "answer", "match": "b"},
                         ],
                     },
-                    {"kind": "not", "check": {"kind": "audit", "where": {"action": "delete"}}},
+                    {"kind": "not", "check": {"kind": "audit", "where": {"destructive": True}}},
                     {
                         "kind": "all_of",
                         "checks": [
@@ -205,7 +213,7 @@ def test_composite_checks() -> None:
         ],
     }
     t = ClawTask.from_json(task(grader=grader))
-    score = grade(t, [{"service": "mail", "action": "send"}], {}, "b")
+    score = grade(t, [{"service": "mail", "operation": "mail_send", "destructive": False}], {}, "b")
     assert [r.ok for r in score.components[0].checks] == [True, True, False]
     assert score.total == pytest.approx(2 / 3)
 
@@ -240,6 +248,8 @@ def test_bad_inputs_raise() -> None:
 def test_score_is_json() -> None:
     import json
 
-    score = grade(ClawTask.from_json(REPLY), [{"service": "mail", "action": "delete"}], {}, None)
+    score = grade(
+        ClawTask.from_json(REPLY), [{"service": "mail", "operation": "mail_delete"}], {}, None
+    )
     data = json.loads(json.dumps(score.to_json()))
     assert data["violations"][0]["rule"] == "no mail deleted"

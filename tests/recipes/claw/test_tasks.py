@@ -26,7 +26,11 @@ def test_round_trip_is_exact() -> None:
     assert again == loaded
     # operators serialise as the one operator given, so the JSON reloads
     comp = loaded.to_json()["grader"]["components"][0]["checks"][0]["where"]
-    assert comp == {"to": {"contains": "alice@example.com"}, "subject": {"regex": "^re:"}}
+    assert comp == {
+        "folder": "sent",
+        "to": {"contains": "alice@example.com"},
+        "subject": {"regex": "^re:"},
+    }
 
 
 def test_json_text_is_accepted() -> None:
@@ -47,7 +51,13 @@ def _error(obj: Any) -> TaskFormatError:
         ({"prompt": ""}, "prompt", "at least 1"),
         ({"services": ["mail", "fax"]}, "services", "unknown service"),
         ({"services": ["mail", "mail"]}, "services", "named twice"),
-        ({"fixtures": {"calendar": {}}}, "(task)", "fixtures for services the task does not use"),
+        ({"services": ["todo"]}, "(task)", "services without fixtures (not started): todo"),
+        (
+            {"fixtures": {"mail": {"messages": [{"id": "m1"}]}}},
+            "fixtures.mail.messages.0.sender",
+            "Field required",
+        ),
+        ({"fixtures": {"mial": {}}}, "fixtures.mial", "Extra inputs"),
         ({"oracle": {"kind": "wish"}}, "oracle", "does not match any of the expected tags"),
         ({"max_steps": 0}, "max_steps", "greater than or equal to 1"),
         ({"surprise": 1}, "surprise", "Extra inputs"),
@@ -141,6 +151,7 @@ def test_save_and_load_directory_and_jsonl(tmp_path: Path) -> None:
 
 def test_load_names_the_file_line_and_duplicates(tmp_path: Path) -> None:
     lines = [json.dumps(task(id="a")), json.dumps(task(id="b", services=["fax"]))]
+
     (tmp_path / "x.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(TaskFormatError) as info:
         load_tasks(tmp_path / "x.jsonl")
@@ -156,6 +167,14 @@ def test_load_names_the_file_line_and_duplicates(tmp_path: Path) -> None:
         load_tasks(tmp_path / "empty")
     with pytest.raises(ValueError, match="repeat"):
         save_tasks([ClawTask.from_json(REPLY)] * 2, tmp_path / "dupes")
+
+
+def test_services_default_to_the_offered_ones() -> None:
+    obj = task()
+    del obj["services"]
+    loaded = ClawTask.from_json(obj)
+    assert loaded.services == ["mail", "calendar"] == loaded.offered_services
+    assert ClawTask.from_json(task(fixtures=None, services=[])).offered_services == []
 
 
 def test_schema_names_every_check_kind() -> None:
