@@ -34,10 +34,14 @@ class Verdict:
     revisable: bool = False
 
 
+MAX_CHECK_LINES = 20
+
+
 def _components(trial: Trial) -> str:
     parts = [f"{name}={score:g}" for name, score in sorted(trial.components.items())]
     safety = f"; safety checks fired: {', '.join(trial.safety)}" if trial.safety else ""
-    return (", ".join(parts) or "no components reported") + safety
+    checks = "".join(f"\n  - {line}" for line in trial.checks[:MAX_CHECK_LINES])
+    return (", ".join(parts) or "no components reported") + safety + checks
 
 
 def judge(oracle: Trial, null: Trial, threshold: float) -> Verdict:

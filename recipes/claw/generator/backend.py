@@ -43,6 +43,9 @@ class Trial:
     """The grader's components (name -> score), for the revision feedback."""
     safety: list[str] = field(default_factory=list)
     """The safety checks that fired (destructive or unrequested actions)."""
+    checks: list[str] = field(default_factory=list)
+    """Each check's outcome as a line (``held`` / ``failed``: what it asked, what was found),
+    so the revision feedback says which checks the oracle missed or the null run met."""
     sandbox_seconds: float = 0.0
     usage: Usage = field(default_factory=Usage)
     """The model calls of the run (a solve run's; zero for oracle and null)."""
@@ -51,6 +54,7 @@ class Trial:
         return {"kind": self.kind, "score": self.score, "passed": self.passed,
                 "status": self.status, "fault": self.fault, "fault_is_task": self.fault_is_task,
                 "components": dict(self.components), "safety": list(self.safety),
+                "checks": list(self.checks),
                 "sandbox_seconds": round(self.sandbox_seconds, 3),
                 "usage": self.usage.as_dict()}  # fmt: skip
 

@@ -2,8 +2,9 @@
 
 - the format is ``orchard.recipes.claw.tasks`` (``ClawTask.from_json``: a
   ``TaskFormatError`` becomes :class:`~.backend.InvalidTask` with the field and the reason),
-  held to :mod:`.policy` as well, and each fixture is checked by the services' own fixture
-  model (``orchard.recipes.claw.services``) before any sandbox is spent on it;
+  held to :mod:`.policy` as well; the fixtures are the services' own model
+  (``orchard.recipes.claw.services.Fixtures``), so they are checked before any sandbox is
+  spent on them;
 - the format reference the build prompt quotes is the format's own JSON schema
   (``task_json_schema``) with a worked example, so the prompt cannot drift from the checks;
 - trials are the recipe's runner's (``orchard.recipes.claw.runner``): the oracle harness, the
@@ -18,7 +19,6 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchard.recipes.claw import services as claw_services
 from orchard.recipes.claw.tasks import (
     PASS_THRESHOLD,
     SERVICES,
@@ -27,10 +27,13 @@ from orchard.recipes.claw.tasks import (
     load_tasks,
     task_json_schema,
 )
-from pydantic import ValidationError
+
+from orchard import AsyncOrchard
+from orchard.rollouts import Limits, ModelProxyClient, ProxyError, SandboxOptions
 
 from . import policy
-from .backend import InvalidTask
+from .backend import InvalidTask, Trial
+from .model import Usage, usage_of_records
 
 TOOLS: Mapping[str, tuple[str, ...]] = {
     "mail": ("list", "search", "read", "send", "reply", "delete", "move"),
@@ -38,20 +41,12 @@ TOOLS: Mapping[str, tuple[str, ...]] = {
     "contacts": ("search", "get", "create", "update"),
     "files": ("list", "read", "write", "delete"),
     "todo": ("list", "add", "complete", "delete"),
-    "search": ("search", "fetch"),
+    "web": ("search", "fetch"),
+    "tau2": (),
 }
 """The operations of each service's tools (``<service>_<operation>``), from the services'
-fixture table (``orchard.recipes.claw.services.fixtures``)."""
-
-FIXTURE_MODELS: Mapping[str, Any] = {
-    "mail": claw_services.MailFixture,
-    "calendar": claw_services.CalendarFixture,
-    "contacts": claw_services.ContactsFixture,
-    "files": claw_services.FilesFixture,
-    "todo": claw_services.TodoFixture,
-    "search": claw_services.WebFixture,
-}
-"""The services' fixture model of each task service (``search`` is the services' ``web``)."""
+fixture table (``orchard.recipes.claw.services.fixtures``); tau2's tools keep the tau2
+package's own names."""
 
 EXAMPLE: dict[str, Any] = {
     "id": "reply-budget",
@@ -84,10 +79,6 @@ EXAMPLE: dict[str, Any] = {
 """The worked example the build prompt shows (a test checks it is a valid task)."""
 
 
-def _fixture_schema(model: Any) -> str:
-    return json.dumps(model.model_json_schema(), separators=(",", ":"))
-
-
 class ClawFormat:
     """The format half of the backend: parse, dump, describe (no sandbox needed)."""
 
@@ -99,45 +90,33 @@ class ClawFormat:
     def capabilities(self) -> str:
         lines = []
         for name in SERVICES:
-            tools = ", ".join(f"{name}_{op}" for op in TOOLS.get(name, ()))
+            ops = TOOLS.get(name, ())
+            tools = ", ".join(f"{name}_{op}" for op in ops) if ops else "the domain's own tools"
             lines.append(f"- {name}: tools {tools}")
         return "\n".join(lines)
 
     def format_reference(self) -> str:
-        fixtures = "\n".join(
-            f"- fixtures.{name}: {_fixture_schema(model)}" for name, model in FIXTURE_MODELS.items()
-        )
         return (
-            "A task is a JSON object following this JSON schema:\n"
+            "A task is a JSON object following this JSON schema (the fixtures are what each "
+            "service holds when the task starts):\n"
             + json.dumps(task_json_schema(), separators=(",", ":"))
-            + "\n\nEach service's fixture (what it holds when the task starts) follows its own "
-            "schema:\n"
-            + fixtures
             + "\n\nThe tools the agent (and a tool_calls oracle) calls are named "
             "<service>_<operation>:\n"
             + self.capabilities()
-            + "\n\nGenerated tasks leave environment.image unset, keep every regex short and "
-            "without nested quantifiers, and use only the services they list.\n\n"
-            "An example of a complete task:\n" + json.dumps(EXAMPLE, indent=1)
+            + "\n\nThe grader reads the audit log (entries with service, operation (the tool "
+            "name), arguments, status ok/error, mutating, destructive) and the services' final "
+            "state (mail.messages with their folder, calendar.events, todo.items, "
+            "contacts.contacts, files.files). Generated tasks leave environment.image unset, "
+            "keep every regex short and without nested quantifiers, and use only the services "
+            "they list.\n\nAn example of a complete task:\n" + json.dumps(EXAMPLE, indent=1)
         )
 
     def parse(self, data: Mapping[str, Any]) -> ClawTask:
         policy.check(data)
         try:
-            task = ClawTask.from_json(dict(data))
+            return ClawTask.from_json(dict(data))
         except TaskFormatError as err:
             raise InvalidTask(f"{err.field}: {err.reason}") from None
-        for name, fixture in task.fixtures.items():
-            model = FIXTURE_MODELS.get(name)
-            if model is None:
-                continue
-            try:
-                model.model_validate(fixture)
-            except ValidationError as err:
-                first = err.errors()[0]
-                where = ".".join(str(p) for p in first["loc"])
-                raise InvalidTask(f"fixtures.{name}.{where}: {first['msg']}") from None
-        return task
 
     def to_json(self, task: ClawTask) -> dict[str, Any]:
         return task.to_json()
@@ -155,3 +134,89 @@ def existing_ids(paths: Iterable[str | Path]) -> set[str]:
         return {t.id for t in load_tasks(*given)}
     except TaskFormatError as err:
         raise SystemExit(f"--existing: {err}") from None
+
+
+TASK_PHASES = frozenset({"setup", "grade"})
+"""The fault phases of a rollout that are the task's doing (its setup failed, its grader
+raised); every other phase (proxy, sandbox, tools, harness, runner) is the infrastructure's."""
+NOT_SANDBOX_PHASES = frozenset({"session", "finish", "samples"})
+MAX_CHECK_TEXT = 300
+
+
+def _checks(score: Any) -> list[str]:
+    lines = []
+    for component in score.components:
+        for result in component.checks:
+            found = f" (found: {result.found})" if result.found else ""
+            line = f"[{component.name}] {'held' if result.ok else 'failed'}: {result.check}{found}"
+            lines.append(line[:MAX_CHECK_TEXT])
+    return lines
+
+
+class ClawBackend(ClawFormat):
+    """The format, plus trials through the recipe's runner: one sandbox per trial.
+
+    ``solver_model`` is what the ReAct loop asks the proxy for; ``limits`` the solve stage's
+    (the oracle and null harnesses make no model calls). ``aclose()`` when done.
+    """
+
+    def __init__(
+        self,
+        client: AsyncOrchard,
+        proxy: ModelProxyClient,
+        *,
+        solver_model: str,
+        limits: Limits | None = None,
+        sandbox: SandboxOptions | None = None,
+        ca: str | None = None,
+    ) -> None:
+        from orchard.recipes.claw import runner
+        from orchard.recipes.claw.react import ReactHarness
+
+        self.client, self.proxy = client, proxy
+        self.solver_model = solver_model
+        self.limits = limits or Limits(max_steps=30, max_seconds=600.0)
+        self.sandbox = sandbox
+        self._run_trials = runner.run_trials
+        self.harnesses: dict[str, Any] = {
+            "oracle": runner.OracleHarness(),
+            "null": runner.NullHarness(),
+            "solve": ReactHarness(),
+        }
+
+    async def aclose(self) -> None:
+        for harness in self.harnesses.values():
+            close = getattr(harness, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def trial(self, task: ClawTask, kind: str) -> Trial:
+        if kind not in self.harnesses:
+            raise ValueError(f"no trial of kind {kind!r}")
+        (done,) = await self._run_trials(
+            self.client, self.harnesses[kind], [task], proxy=self.proxy,
+            model=self.solver_model, k=1, limits=self.limits, sandbox=self.sandbox,
+            concurrency=1,
+        )  # fmt: skip
+        result = done.result
+        phases = result.detail.get("phases", {})
+        sandbox_seconds = sum(v for k, v in phases.items() if k not in NOT_SANDBOX_PHASES)
+        usage = Usage()
+        if kind == "solve" and result.session_id:
+            try:
+                usage = usage_of_records(await self.proxy.calls(result.session_id))
+            except ProxyError as err:
+                return Trial(kind, None, False, str(result.status), f"proxy: calls: {err}",
+                             sandbox_seconds=sandbox_seconds)  # fmt: skip
+        if done.aborted or done.score is None:
+            fault = result.fault or "the trial was not graded"
+            return Trial(kind, None, False, str(result.status), fault,
+                         fault_is_task=result.fault_phase in TASK_PHASES,
+                         sandbox_seconds=sandbox_seconds, usage=usage)  # fmt: skip
+        score = done.score
+        return Trial(
+            kind, score.total, score.passed, str(result.status),
+            components={c.name: c.score for c in score.components},
+            safety=[v.rule for v in score.violations], checks=_checks(score),
+            sandbox_seconds=sandbox_seconds, usage=usage,
+        )  # fmt: skip

@@ -1,0 +1,119 @@
+"""The task generator end to end on a real stack: ``python -m orchard.recipes.claw.generator``.
+
+``orchard up`` with the recording proxy in front of a scripted model (a real HTTP server
+following :class:`tests.recipes.claw.generator_policy.GeneratorPolicy`: no model can run
+here), real sandboxes (runc) with the mock services for every oracle, null and solve run, the
+recipe's grader. The policy proposes three ideas (and one repeating an existing task's id),
+builds one valid task, one whose null run passes (its revision too: rejected), and one that
+is malformed twice before it is valid. Asserted: the kept set and every rejection's reason,
+the validations behind them, the kept files loading in the recipe's loader, and the costs:
+the prompt tokens the manifest says were spent are exactly those the model was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from orchard.recipes.claw.tasks import ClawTask, load_tasks, save_tasks
+
+from orchard.testing.scripted_model import prompt_ids, scripted_upstream
+from tests.recipes.claw.generator_policy import (
+    CATEGORY,
+    EXISTING,
+    KEPT_AT_ONCE,
+    LAX,
+    REPAIRED,
+    TASKS,
+    GeneratorPolicy,
+)
+from tests.stack import REQUIRES_STACK, running_stack
+
+pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(600)]
+
+
+def _rows(path: Path) -> dict[str, dict[str, Any]]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {r["id"]: r for r in rows}
+
+
+def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    existing = tmp_path / "existing"
+    save_tasks([ClawTask.from_json({**TASKS[KEPT_AT_ONCE], "id": EXISTING})], existing)
+    out = tmp_path / "gen"
+    policy = GeneratorPolicy()
+    with (
+        scripted_upstream(policy) as (upstream, url),
+        running_stack(home, up_args=["--model-upstream", url]) as stack,
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "orchard.recipes.claw.generator", "--out", str(out),
+             "--category", CATEGORY, "--model", "scripted", "--ideas", "3",
+             "--revise-rounds", "1", "--build-attempts", "3", "--existing", str(existing),
+             "--max-steps", "6", "--max-seconds", "120"],
+            env=stack.env, capture_output=True, text=True, timeout=540,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    rows = _rows(out / "manifest.jsonl")
+
+    # the kept set and every rejection's reason
+    assert {i: r["reason"] for i, r in rows.items()} == {
+        KEPT_AT_ONCE: "kept", REPAIRED: "kept", LAX: "null_passed", EXISTING: "duplicate",
+    }  # fmt: skip
+    assert {t.id: t for t in load_tasks(out / "tasks")} == {
+        i: ClawTask.from_json(TASKS[i]) for i in (KEPT_AT_ONCE, REPAIRED)
+    }
+
+    # the validations behind the verdicts: real oracle and null runs, graded
+    for task_id in (KEPT_AT_ONCE, REPAIRED):
+        (validation,) = rows[task_id]["validations"]
+        assert validation["verdict"] == "kept"
+        assert validation["oracle"]["passed"] and validation["oracle"]["score"] >= 0.75
+        assert not validation["null"]["passed"] and validation["null"]["score"] < 0.75
+    lax = rows[LAX]
+    assert [w["stage"] for w in lax["writes"]] == ["build", "revise"]
+    assert len(lax["validations"]) == 2 and lax["revisions"] == 1
+    for validation in lax["validations"]:
+        assert validation["verdict"] == "null_passed"
+        assert validation["oracle"]["passed"] and validation["null"]["passed"]
+    assert "too lax" in lax["detail"] and "boss's mail there" in lax["detail"]
+
+    # the malformed build was repaired with its errors, in one conversation
+    (write,) = rows[REPAIRED]["writes"]
+    assert write["valid"] and len(write["errors"]) == 2
+    assert write["errors"][0].startswith("MalformedReply: ")
+    assert write["errors"][1].startswith("InvalidTask: grader")
+    assert rows[KEPT_AT_ONCE]["writes"] == [{"stage": "build", "valid": True, "errors": []}]
+
+    # solve: the scripted solver does one task and gives up on the other
+    assert rows[KEPT_AT_ONCE]["solve"]["passed"] == 1
+    assert rows[KEPT_AT_ONCE]["solve"]["mean_score"] >= 0.75
+    assert rows[REPAIRED]["solve"]["passed"] == 0
+
+    # costs: recorded per stage, non-zero, and the proxy's records match what was sent
+    for task_id in (KEPT_AT_ONCE, REPAIRED):
+        cost = rows[task_id]["cost"]
+        assert cost["prompt_tokens"] > 0 and cost["completion_tokens"] > 0
+        assert cost["sandbox_seconds"] > 0 and cost["wall_seconds"] > 0
+        for stage in ("propose", "build", "solve"):
+            assert cost["stages"][stage]["prompt_tokens"] > 0, (task_id, stage)
+    assert rows[KEPT_AT_ONCE]["cost"]["stages"]["build"]["calls"] == 1
+    assert rows[REPAIRED]["cost"]["stages"]["build"]["calls"] == 3
+    assert rows[LAX]["cost"]["stages"]["revise"]["calls"] == 1
+    assert rows[EXISTING]["cost"]["model_calls"] == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["kept"] == 2 and summary["ideas"] == 4
+    assert summary["reasons"] == {"duplicate": 1, "kept": 2, "null_passed": 1}
+    sent = sum(len(prompt_ids(body["messages"])) for body in upstream.requests)
+    assert summary["cost"]["spent"]["prompt_tokens"] == sent
+    assert summary["cost"]["spent"]["model_calls"] == len(upstream.requests)
+    assert summary["cost"]["per_kept_task"]["prompt_tokens"] == pytest.approx(sent / 2, abs=0.1)
+    assert policy.stages["propose"] == 1 and policy.stages["build"] == 5
+    assert policy.stages["revise"] == 1 and policy.stages["unknown"] == 0
