@@ -16,11 +16,11 @@ infrastructure fault of the generator, never read as the model's wrong answer).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 
@@ -92,14 +92,6 @@ class Conversation:
     usage: Usage = field(default_factory=Usage)
     closed: bool = False
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
     async def ask(self, content: str) -> str:
         """Send ``content`` as the next user message; the assistant's text (kept in history)."""
         self.messages.append({"role": "user", "content": content})
@@ -146,7 +138,19 @@ class GenerationModel:
             await self._http.close()
             self._http = None
 
-    async def conversation(self, stage: str, metadata: Mapping[str, Any]) -> Conversation:
+    @contextlib.asynccontextmanager
+    async def conversation(
+        self, stage: str, metadata: Mapping[str, Any]
+    ) -> AsyncIterator[Conversation]:
+        """A new session for ``stage``, its system prompt in place; closed (finished, its
+        usage counted) on leaving the block."""
+        talk = await self.open(stage, metadata)
+        try:
+            yield talk
+        finally:
+            await talk.close()
+
+    async def open(self, stage: str, metadata: Mapping[str, Any]) -> Conversation:
         """A new session for ``stage``, its system prompt already in place."""
         if stage not in self.system_prompts:
             raise ValueError(f"no system prompt for stage {stage!r}")

@@ -81,7 +81,7 @@ async def propose(
         count=count, category=category, capabilities=backend.capabilities(),
         existing="\n".join(shown) if shown else "(none)",
     )  # fmt: skip
-    async with await model.conversation("propose", {"category": category}) as talk:
+    async with model.conversation("propose", {"category": category}) as talk:
         reply = await talk.ask(text)
     try:
         ideas, rejected = read_ideas(
@@ -111,7 +111,7 @@ async def _write(
     began = time.monotonic()
     errors: list[str] = []
     task, data = None, None
-    async with await model.conversation(stage, {"idea": idea.id}) as talk:
+    async with model.conversation(stage, {"idea": idea.id}) as talk:
         message = first
         for _ in range(attempts):
             reply = await talk.ask(message)
