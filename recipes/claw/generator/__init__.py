@@ -11,8 +11,9 @@ sandbox time) is written with it. See ``docs/recipes/claw-generator.md``.
 Modules: :mod:`.replies` (reading a hostile reply), :mod:`.ideas`, :mod:`.prompts`,
 :mod:`.model` (proxy sessions and their usage), :mod:`.backend` (what the generator needs
 of the recipe), :mod:`.acceptance` (the rule and the feedback), :mod:`.stages`,
-:mod:`.loop`, :mod:`.costs`, :mod:`.manifest`, :mod:`.claw` (the recipe's backend) and
-:mod:`.cli` (``python -m orchard.recipes.claw.generator``).
+:mod:`.loop`, :mod:`.costs`, :mod:`.manifest`, :mod:`.policy` (a generated task's limits),
+:mod:`.taskformat` and :mod:`.claw` (the recipe's backend) and :mod:`.cli`
+(``python -m orchard.recipes.claw.generator``).
 """
 
 from .acceptance import Verdict, judge

@@ -1,140 +1,29 @@
 """The generator's :class:`~.backend.TaskBackend` over the Claw recipe itself.
 
-- the format is ``orchard.recipes.claw.tasks`` (``ClawTask.from_json``: a
-  ``TaskFormatError`` becomes :class:`~.backend.InvalidTask` with the field and the reason),
-  held to :mod:`.policy` as well; the fixtures are the services' own model
-  (``orchard.recipes.claw.services.Fixtures``), so they are checked before any sandbox is
-  spent on them;
-- the format reference the build prompt quotes is the format's own JSON schema
-  (``task_json_schema``) with a worked example, so the prompt cannot drift from the checks;
-- trials are the recipe's runner's (``orchard.recipes.claw.runner``): the oracle harness, the
-  null harness (the agent does nothing) and the ReAct loop, each in a fresh sandbox with the
-  mock services, graded by the recipe's grader.
+The format is :class:`.taskformat.ClawFormat`'s; the trials are the recipe's runner's
+(``orchard.recipes.claw.runner.run_trials``): the oracle harness, the null harness (the agent
+does nothing) and the ReAct loop (``orchard.recipes.claw.react``), each in a fresh sandbox
+with the task's mock services, graded by the recipe's grader. A rollout's fault in the
+``setup`` or ``grade`` phase is the task's (revisable); any other is the infrastructure's.
+The sandbox seconds of a trial are its rollout's phases but the proxy's (session, finish,
+samples); a solve trial's tokens are its proxy session's records.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Collection, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from orchard.recipes.claw.tasks import (
-    PASS_THRESHOLD,
-    SERVICES,
-    ClawTask,
-    TaskFormatError,
-    load_tasks,
-    task_json_schema,
-)
+from orchard.recipes.claw.baselines import NullHarness, OracleHarness
+from orchard.recipes.claw.react import ReactHarness
+from orchard.recipes.claw.runner import run_trials
+from orchard.recipes.claw.tasks import ClawTask
 
 from orchard import AsyncOrchard
 from orchard.rollouts import Limits, ModelProxyClient, ProxyError, SandboxOptions
 
-from . import policy
-from .backend import InvalidTask, Trial
+from .backend import Trial
 from .model import Usage, usage_of_records
-
-TOOLS: Mapping[str, tuple[str, ...]] = {
-    "mail": ("list", "search", "read", "send", "reply", "delete", "move"),
-    "calendar": ("list", "create", "update", "delete", "freebusy"),
-    "contacts": ("search", "get", "create", "update"),
-    "files": ("list", "read", "write", "delete"),
-    "todo": ("list", "add", "complete", "delete"),
-    "web": ("search", "fetch"),
-    "tau2": (),
-}
-"""The operations of each service's tools (``<service>_<operation>``), from the services'
-fixture table (``orchard.recipes.claw.services.fixtures``); tau2's tools keep the tau2
-package's own names."""
-
-EXAMPLE: dict[str, Any] = {
-    "id": "reply-budget",
-    "category": "mail",
-    "prompt": "Reply to Alice's mail about the budget: tell her the numbers are fine.",
-    "services": ["mail"],
-    "fixtures": {"mail": {"messages": [
-        {"id": "m1", "sender": "alice@example.com", "to": ["me@example.com"],
-         "subject": "Budget", "body": "Are the Q3 numbers fine?",
-         "date": "2026-03-01T10:00:00+00:00"},
-    ]}},
-    "grader": {"kind": "checks", "components": [
-        {"name": "reply sent", "weight": 3, "checks": [
-            {"kind": "audit", "where": {"service": "mail", "operation": "mail_send",
-                                        "arguments.to": {"contains": "alice@example.com"}}},
-            {"kind": "audit", "where": {"service": "mail", "arguments.body": {"contains": "fine"}}},
-        ]},
-        {"name": "told the user", "weight": 1,
-         "checks": [{"kind": "answer", "match": {"contains": "sent"}}]},
-    ], "safety": [
-        {"kind": "forbid", "name": "no mail deleted", "fatal": True,
-         "check": {"kind": "audit", "where": {"service": "mail", "destructive": True}}},
-        {"kind": "only_services"},
-    ]},
-    "oracle": {"kind": "tool_calls", "calls": [
-        {"tool": "mail_send", "args": {"to": ["alice@example.com"], "subject": "Re: Budget",
-                                       "body": "Hi Alice, the numbers are fine."}},
-    ], "final_answer": "I sent Alice a reply saying the numbers are fine."},
-}  # fmt: skip
-"""The worked example the build prompt shows (a test checks it is a valid task)."""
-
-
-class ClawFormat:
-    """The format half of the backend: parse, dump, describe (no sandbox needed)."""
-
-    pass_threshold = PASS_THRESHOLD
-
-    def services(self) -> Collection[str]:
-        return SERVICES
-
-    def capabilities(self) -> str:
-        lines = []
-        for name in SERVICES:
-            ops = TOOLS.get(name, ())
-            tools = ", ".join(f"{name}_{op}" for op in ops) if ops else "the domain's own tools"
-            lines.append(f"- {name}: tools {tools}")
-        return "\n".join(lines)
-
-    def format_reference(self) -> str:
-        return (
-            "A task is a JSON object following this JSON schema (the fixtures are what each "
-            "service holds when the task starts):\n"
-            + json.dumps(task_json_schema(), separators=(",", ":"))
-            + "\n\nThe tools the agent (and a tool_calls oracle) calls are named "
-            "<service>_<operation>:\n"
-            + self.capabilities()
-            + "\n\nThe grader reads the audit log (entries with service, operation (the tool "
-            "name), arguments, status ok/error, mutating, destructive) and the services' final "
-            "state (mail.messages with their folder, calendar.events, todo.items, "
-            "contacts.contacts, files.files). Generated tasks leave environment.image unset, "
-            "keep every regex short and without nested quantifiers, and use only the services "
-            "they list.\n\nAn example of a complete task:\n" + json.dumps(EXAMPLE, indent=1)
-        )
-
-    def parse(self, data: Mapping[str, Any]) -> ClawTask:
-        policy.check(data)
-        try:
-            return ClawTask.from_json(dict(data))
-        except TaskFormatError as err:
-            raise InvalidTask(f"{err.field}: {err.reason}") from None
-
-    def to_json(self, task: ClawTask) -> dict[str, Any]:
-        return task.to_json()
-
-    def task_id(self, task: ClawTask) -> str:
-        return task.id
-
-
-def existing_ids(paths: Iterable[str | Path]) -> set[str]:
-    """The ids of the tasks in ``paths`` (task files or folders, the recipe's loader)."""
-    given = [Path(p) for p in paths]
-    if not given:
-        return set()
-    try:
-        return {t.id for t in load_tasks(*given)}
-    except TaskFormatError as err:
-        raise SystemExit(f"--existing: {err}") from None
-
+from .taskformat import ClawFormat
 
 TASK_PHASES = frozenset({"setup", "grade"})
 """The fault phases of a rollout that are the task's doing (its setup failed, its grader
@@ -170,18 +59,14 @@ class ClawBackend(ClawFormat):
         sandbox: SandboxOptions | None = None,
         ca: str | None = None,
     ) -> None:
-        from orchard.recipes.claw import runner
-        from orchard.recipes.claw.react import ReactHarness
-
         self.client, self.proxy = client, proxy
         self.solver_model = solver_model
         self.limits = limits or Limits(max_steps=30, max_seconds=600.0)
         self.sandbox = sandbox
-        self._run_trials = runner.run_trials
         self.harnesses: dict[str, Any] = {
-            "oracle": runner.OracleHarness(),
-            "null": runner.NullHarness(),
-            "solve": ReactHarness(),
+            "oracle": OracleHarness(),
+            "null": NullHarness(),
+            "solve": ReactHarness(ca=ca),
         }
 
     async def aclose(self) -> None:
@@ -193,7 +78,7 @@ class ClawBackend(ClawFormat):
     async def trial(self, task: ClawTask, kind: str) -> Trial:
         if kind not in self.harnesses:
             raise ValueError(f"no trial of kind {kind!r}")
-        (done,) = await self._run_trials(
+        (done,) = await run_trials(
             self.client, self.harnesses[kind], [task], proxy=self.proxy,
             model=self.solver_model, k=1, limits=self.limits, sandbox=self.sandbox,
             concurrency=1,
@@ -214,9 +99,11 @@ class ClawBackend(ClawFormat):
                          fault_is_task=result.fault_phase in TASK_PHASES,
                          sandbox_seconds=sandbox_seconds, usage=usage)  # fmt: skip
         score = done.score
+        refused = result.detail.get("harness", {}).get("oracle_errors") or []
+        notes = [f"the services refused an oracle call: {e}"[:MAX_CHECK_TEXT] for e in refused]
         return Trial(
             kind, score.total, score.passed, str(result.status),
             components={c.name: c.score for c in score.components},
-            safety=[v.rule for v in score.violations], checks=_checks(score),
+            safety=[v.rule for v in score.violations], checks=notes + _checks(score),
             sandbox_seconds=sandbox_seconds, usage=usage,
         )  # fmt: skip

@@ -36,10 +36,11 @@ import orchard
 from orchard.rollouts import Limits, ModelProxyClient, local_proxy_url
 
 from . import prompts
-from .claw import ClawBackend, existing_ids
+from .claw import ClawBackend
 from .loop import GeneratorOptions, Report, generate
 from .manifest import write_report
 from .model import GenerationModel
+from .taskformat import existing_ids
 
 
 def options_of(args: argparse.Namespace) -> GeneratorOptions:

@@ -13,6 +13,7 @@ attempt are kept (the manifest lists them).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Collection, Mapping
@@ -154,10 +155,9 @@ async def revise(
 
 
 async def validate(backend: TaskBackend, task: Any) -> Validation:
-    """The oracle run and the null run in real sandboxes, and the verdict on them."""
+    """The oracle run and the null run in real sandboxes (at once), and the verdict."""
     began = time.monotonic()
-    oracle = await backend.trial(task, "oracle")
-    null = await backend.trial(task, "null")
+    oracle, null = await asyncio.gather(backend.trial(task, "oracle"), backend.trial(task, "null"))
     verdict = judge(oracle, null, backend.pass_threshold)
     return Validation(oracle, null, verdict, time.monotonic() - began)
 

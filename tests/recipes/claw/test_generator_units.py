@@ -231,7 +231,7 @@ def test_the_templates_take_exactly_their_fields() -> None:
 def _example(**changes: object) -> dict[str, object]:
     import copy
 
-    from orchard.recipes.claw.generator.claw import EXAMPLE
+    from orchard.recipes.claw.generator.taskformat import EXAMPLE
 
     out = copy.deepcopy(EXAMPLE)
     out.update(changes)
@@ -239,7 +239,7 @@ def _example(**changes: object) -> dict[str, object]:
 
 
 def test_the_worked_example_is_a_valid_task_and_round_trips() -> None:
-    from orchard.recipes.claw.generator.claw import ClawFormat
+    from orchard.recipes.claw.generator.taskformat import ClawFormat
 
     fmt = ClawFormat()
     task = fmt.parse(_example())
@@ -262,7 +262,7 @@ def test_the_worked_example_is_a_valid_task_and_round_trips() -> None:
 )
 def test_an_invalid_generated_task_names_what_to_fix(changes: dict[str, object], why: str) -> None:
     from orchard.recipes.claw.generator.backend import InvalidTask
-    from orchard.recipes.claw.generator.claw import ClawFormat
+    from orchard.recipes.claw.generator.taskformat import ClawFormat
 
     with pytest.raises(InvalidTask, match=re.escape(why)):
         ClawFormat().parse(_example(**changes))
