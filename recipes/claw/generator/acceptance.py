@@ -35,6 +35,8 @@ class Verdict:
 
 
 MAX_CHECK_LINES = 20
+MAX_FEEDBACK = 8000
+"""Feedback is cut to this many characters (it quotes faults and checks' findings)."""
 
 
 def _components(trial: Trial) -> str:
@@ -52,7 +54,8 @@ def judge(oracle: Trial, null: Trial, threshold: float) -> Verdict:
                 return Verdict(False, "infrastructure", f"{trial.kind} run: {trial.fault}")
             return Verdict(
                 False, "task_fault",
-                f"The {trial.kind} run could not be graded because of the task: {trial.fault}",
+                f"The {trial.kind} run could not be graded because of the task: "
+                f"{trial.fault[:MAX_FEEDBACK]}",
                 revisable=True,
             )  # fmt: skip
         if trial.score is None:
@@ -74,4 +77,4 @@ def judge(oracle: Trial, null: Trial, threshold: float) -> Verdict:
     if not problems:
         return Verdict(True, "kept")
     reason = "oracle_failed" if not oracle.passed else "null_passed"
-    return Verdict(False, reason, "\n".join(problems), revisable=True)
+    return Verdict(False, reason, "\n".join(problems)[:MAX_FEEDBACK], revisable=True)
