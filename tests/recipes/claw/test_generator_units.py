@@ -284,3 +284,20 @@ def test_catastrophic_regexes_are_refused(pattern: str, refused: bool) -> None:
             check(task)
     else:
         check(task)
+
+
+# --- the command's usage errors (before any stack is asked) -----------------------------------
+
+
+def test_the_command_refuses_bad_options_before_it_starts(tmp_path: Path) -> None:
+    from orchard.recipes.claw.generator import cli
+
+    base = ["--out", str(tmp_path / "out"), "--category", "mail", "--model", "m"]
+    with pytest.raises(SystemExit, match="ideas must be at least 1"):
+        cli.main([*base, "--ideas", "0"])
+    with pytest.raises(SystemExit, match="no such file or directory"):
+        cli.main([*base, "--existing", str(tmp_path / "nowhere")])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"id": "x"}')
+    with pytest.raises(SystemExit, match=r"--existing: .*task x"):
+        cli.main([*base, "--existing", str(bad)])
