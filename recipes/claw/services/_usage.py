@@ -1,20 +1,22 @@
-"""The prompt text that tells an agent with a shell how to call the services over HTTP."""
+"""The prompt text that tells an agent with a shell how to call the services."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def usage_text(base: str, tools: list[dict[str, Any]]) -> str:
+def usage_text(command: str, base: str, tools: list[dict[str, Any]]) -> str:
     lines = [
-        f"Your tools are served over HTTP at {base} (JSON in, JSON out):",
-        f"  list them:  curl -s {base}/v1/tools",
-        f"  call one:   curl -s -X POST {base}/v1/tools/<name> -H 'Content-Type: application/json' "
-        "-d '<arguments as a JSON object>'",
+        "Your tools are mock services in this machine, called from the shell:",
+        f"  {command} <tool> '<arguments as a JSON object>'   (prints the JSON answer)",
+        f"  {command} tools                                    (lists them)",
+        f"(or HTTP: POST {base}/v1/tools/<tool> with the arguments as a JSON body).",
         "Tools:",
     ]
     for tool in tools:
         fn = tool["function"]
-        params = ", ".join(fn.get("parameters", {}).get("properties", {}))
-        lines.append(f"  {fn['name']}({params}): {fn.get('description', '')}")
+        params = fn.get("parameters", {})
+        required = set(params.get("required", []))
+        names = [p if p in required else f"{p}?" for p in params.get("properties", {})]
+        lines.append(f"  {fn['name']}({', '.join(names)}): {fn.get('description', '')}")
     return "\n".join(lines)

@@ -10,8 +10,10 @@ its loop runs:
   function tools) and runs each call with :meth:`call_tool` (carried over a port forward of
   the SDK: the sandbox's network stays ``none``);
 - a harness inside the sandbox (Codex, OpenClaw, ...) calls the plain HTTP/JSON API at
-  :attr:`http_base_in_sandbox` (``curl``), or the MCP server at :attr:`mcp_url_in_sandbox`
-  (streamable HTTP), or launches :attr:`mcp_stdio_command_in_sandbox` (MCP over stdio).
+  :attr:`http_base_in_sandbox` (with :attr:`claw_command_in_sandbox`, a ``claw <tool>
+  '<json>'`` shell command: the default image has no ``curl``), or the MCP server at
+  :attr:`mcp_url_in_sandbox` (streamable HTTP), or launches
+  :attr:`mcp_stdio_command_in_sandbox` (MCP over stdio).
 
 Every call, from any of these, lands in the service's **audit log** (service, operation,
 arguments, status, time, mutating or not), which the grader reads with :meth:`audit`, with
@@ -36,8 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -252,11 +252,18 @@ class ClawServices:
             self.http_base_in_sandbox,
         ]
 
+    @property
+    def claw_command_in_sandbox(self) -> str:
+        """The ``claw`` shell command in the sandbox: ``claw tools``, ``claw <tool>
+        '<JSON arguments>'`` (the JSON answer on stdout; exit 1 when the call failed)."""
+        return f"{self.options.install_dir}/bin/claw"
+
     def usage(self) -> str:
-        """A short text for a prompt: how an agent with a shell calls the tools by HTTP."""
+        """A short text for a prompt: how an agent with a shell calls the tools (the
+        ``claw`` command, or HTTP), and the tools offered."""
         from ._usage import usage_text
 
-        return usage_text(self.http_base_in_sandbox, self._tools)
+        return usage_text(self.claw_command_in_sandbox, self.http_base_in_sandbox, self._tools)
 
     # ---- the agent's tools, from the driver -------------------------------------------
 
@@ -314,19 +321,7 @@ class ClawServices:
         return dict(answer["state"])
 
 
-# ---- the admin channel's signatures (the in-sandbox side mirrors them) -------------------
-
-
-def sign_request(secret: bytes, op: str, nonce: str, body: bytes) -> str:
-    """The HMAC an admin request carries (``X-Claw-Auth``)."""
-    digest = hashlib.sha256(body).hexdigest()
-    return hmac.new(secret, f"request\n{op}\n{nonce}\n{digest}".encode(), "sha256").hexdigest()
-
-
-def sign_response(secret: bytes, nonce: str, body: bytes) -> str:
-    """The HMAC an admin answer carries (``X-Claw-Signature``)."""
-    digest = hashlib.sha256(body).hexdigest()
-    return hmac.new(secret, f"response\n{nonce}\n{digest}".encode(), "sha256").hexdigest()
+# ---- the admin channel's secrets (signatures: .box.wire, shared with the sandbox's side) ----
 
 
 def new_secret() -> bytes:
