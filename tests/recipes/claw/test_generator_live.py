@@ -13,12 +13,14 @@ the prompt tokens the manifest says were spent are exactly those the model was s
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from orchard.recipes.claw.services import runtime
 from orchard.recipes.claw.tasks import ClawTask, load_tasks, save_tasks
 
 from orchard.testing.scripted_model import prompt_ids, scripted_upstream
@@ -36,6 +38,21 @@ from tests.stack import REQUIRES_STACK, running_stack
 pytestmark = [*REQUIRES_STACK, pytest.mark.timeout(600)]
 
 
+KNOWN_NOISE = re.compile(
+    r"Exception in callback StreamReaderProtocol\.connection_made\.<locals>\.callback.*?"
+    r"asyncio\.exceptions\.CancelledError\n",
+    re.DOTALL,
+)
+"""CPython 3.11's asyncio (``streams.py`` line 249, fixed in 3.12) logs this when a stream
+server's connection task is cancelled: the SDK's port forward cancels its open connections
+when it is closed (the services' keep-alive connection, at each trial's end). Told to the
+SDK's owners; only this exact block is tolerated, any other traceback fails the test."""
+
+
+def _without_known_asyncio_noise(stderr: str) -> str:
+    return KNOWN_NOISE.sub("", stderr)
+
+
 def _rows(path: Path) -> dict[str, dict[str, Any]]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return {r["id"]: r for r in rows}
@@ -43,7 +60,12 @@ def _rows(path: Path) -> dict[str, dict[str, Any]]:
 
 def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    home.mkdir()
+    built = runtime.find(runtime.runtime_dir(Path("/var/lib/orchard")))
+    if built is None:
+        pytest.fail("the Claw services' runtime is not built: run `make claw-services`")
+    # the stack's home is the test's own: it gets the node's services runtime by a link
+    (home / "recipes" / "claw").mkdir(parents=True)
+    (home / "recipes" / "claw" / built.folder.name).symlink_to(built.folder)
     existing = tmp_path / "existing"
     save_tasks([ClawTask.from_json({**TASKS[KEPT_AT_ONCE], "id": EXISTING})], existing)
     out = tmp_path / "gen"
@@ -60,7 +82,7 @@ def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: P
             env=stack.env, capture_output=True, text=True, timeout=540,
         )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
+    assert "Traceback" not in _without_known_asyncio_noise(done.stderr), done.stderr
     rows = _rows(out / "manifest.jsonl")
 
     # the kept set and every rejection's reason
