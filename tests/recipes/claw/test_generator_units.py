@@ -301,3 +301,47 @@ def test_the_command_refuses_bad_options_before_it_starts(tmp_path: Path) -> Non
     bad.write_text('{"id": "x"}')
     with pytest.raises(SystemExit, match=r"--existing: .*task x"):
         cli.main([*base, "--existing", str(bad)])
+
+
+def test_the_tool_names_the_prompts_give_are_the_services_own() -> None:
+    """The propose and build prompts name each service's tools from a table; the services
+    define them in their in-sandbox code (read here as text: instantiating a service on the
+    driver would touch the driver's files)."""
+    from orchard.recipes.claw.generator.taskformat import TOOLS
+    from orchard.recipes.claw.services import box
+
+    source = "".join(p.read_text() for p in Path(box.__file__).parent.glob("*.py"))
+    defined = set(re.findall(r'Tool\("([a-z0-9_]+)"', source))
+    listed = {f"{service}_{op}" for service, ops in TOOLS.items() for op in ops}
+    assert listed == defined
+
+
+def test_a_failing_model_endpoint_is_a_model_error_not_an_answer() -> None:
+    """``complete`` against a real (scripted) Chat server, the session's URL pointing at it."""
+    import asyncio
+
+    from orchard.recipes.claw.generator.model import GenerationModel, GenerationModelError
+
+    from orchard.rollouts import ProxySession
+    from orchard.rollouts.proxy import SessionInfo
+    from orchard.testing.scripted_model import scripted_upstream
+
+    script = [{"content": '{"ideas": []}'}, {"status": 500, "content": "overloaded"}]
+    with scripted_upstream(script) as (server, url):
+        info = SessionInfo("s1", "t", "", {}, 0.0, 0.0, None, "", "")
+        session = ProxySession(info, "cred", url, url)
+
+        async def main() -> tuple[str, str]:
+            model = GenerationModel(None, "m", system_prompts={})  # type: ignore[arg-type]
+            try:
+                first = await model.complete(session, [{"role": "user", "content": "hi"}])
+                with pytest.raises(GenerationModelError) as err:
+                    await model.complete(session, [{"role": "user", "content": "again"}])
+                return first, str(err.value)
+            finally:
+                await model.aclose()
+
+        first, error = asyncio.run(main())
+    assert first == '{"ideas": []}'
+    assert "model answered 500" in error and "overloaded" in error
+    assert [r["model"] for r in server.requests] == ["m", "m"]
