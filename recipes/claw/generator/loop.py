@@ -14,7 +14,8 @@ proposals'), and :func:`develop` takes each accepted idea through the stages:
 Every idea ends as one :class:`Outcome`: kept, or rejected with a reason code (the ideas'
 ``invalid_idea`` / ``duplicate`` / ``over_limit``, ``malformed`` when no attempt wrote a
 valid task, the verdicts of :mod:`.acceptance`, ``model_error`` when the model endpoint
-failed), and what it cost (:mod:`.costs`). Each generation session is finished with a
+failed, ``generator_error`` for a bug: one idea's, logged, the others go on), and what it
+cost (:mod:`.costs`). Each generation session is finished with a
 reward for the generator's own training: 1.0 for the conversation whose task was kept, 0.0
 for the others; a proposal's is the share of its ideas kept.
 """
@@ -22,6 +23,7 @@ for the others; a proposal's is the share of its ideas kept.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from .costs import TaskCost, shares, summarise
 from .ideas import Idea, RejectedIdea
 from .model import GenerationModel, GenerationModelError, Usage
 from .stages import Proposal, Validation, Written, build, propose, revise, solve, validate
+
+log = logging.getLogger("orchard.recipes.claw.generator")
 
 
 @dataclass(frozen=True)
@@ -129,8 +133,8 @@ async def develop(
     model: GenerationModel, backend: TaskBackend, idea: Idea, options: GeneratorOptions,
     propose_share: Usage | None = None,
 ) -> Outcome:  # fmt: skip
-    """One idea through build, validate, revise and solve; never raises for the model's
-    answers or a failed endpoint (the outcome says), only for bugs."""
+    """One idea through build, validate, revise and solve; never raises (the outcome says
+    what went wrong, a bug included: ``generator_error``, logged with its traceback)."""
     began = time.monotonic()
     outcome = Outcome(idea.id, idea.category, False, "malformed", idea=idea)
     if propose_share is not None:
@@ -140,6 +144,10 @@ async def develop(
         await _finish_sessions(outcome)
     except GenerationModelError as err:
         outcome.kept, outcome.reason, outcome.detail = False, "model_error", str(err)
+    except Exception as err:  # a bug (ours or the backend's): this idea's, no other's
+        log.exception("generator: idea %s failed", idea.id)
+        outcome.kept, outcome.reason = False, "generator_error"
+        outcome.detail = f"{type(err).__name__}: {err}"[:2000]
     outcome.cost.wall_seconds = time.monotonic() - began
     return outcome
 
