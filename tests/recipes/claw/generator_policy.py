@@ -3,12 +3,14 @@
 It reads each Chat request the recording proxy forwards and answers by stage (told by the
 system prompt, which the generator sets per stage) and by what the conversation holds:
 
-- propose: three ideas in the category, plus one whose id is an existing task's;
+- propose: four ideas in the category, plus one whose id is an existing task's;
 - build ``reply-to-boss``: a valid task at once (the boss's mail is answered);
 - build ``boss-mail-arrived``: a task whose grader checks what the fixtures already hold (the
   boss's mail is in the mailbox), so its null run passes; its revision keeps that grader;
 - build ``forward-invoice``: first a reply that is not JSON, then a task without a grader,
   then a valid task (forward the invoice mail to accounting);
+- build ``dentist-todo``: a task whose grader asks for a due date the prompt never asked for
+  (too strict: its oracle fails); its revision drops that check (then kept);
 - solve (a request with tools: the ReAct loop): the oracle's tool calls in order, then a
   final answer, for ``reply-to-boss``; an immediate give-up answer for ``forward-invoice``.
 """
@@ -23,9 +25,10 @@ from typing import Any
 
 from orchard.recipes.claw.generator import prompts
 
-CATEGORY = "mail"
+CATEGORY = "assistant"
 EXISTING = "existing-task"
 KEPT_AT_ONCE, LAX, REPAIRED = "reply-to-boss", "boss-mail-arrived", "forward-invoice"
+STRICT = "dentist-todo"
 
 MAILBOX = {"messages": [
     {"id": "m1", "sender": "boss@example.com", "to": ["me@example.com"], "subject": "Q3 report",
@@ -105,6 +108,24 @@ TASKS = {
 }
 
 
+DENTIST = {"kind": "state", "path": "todo.items",
+           "where": {"title": {"contains": "dentist"}, "priority": "high"}}  # fmt: skip
+TASKS[STRICT] = {
+    "id": STRICT, "category": CATEGORY, "services": ["todo"],
+    "prompt": "Add a high-priority to-do to call the dentist.",
+    "fixtures": {"todo": {"items": [{"id": "t1", "title": "Buy milk"}]}},
+    "grader": {"kind": "checks", "components": [{"name": "to-do added", "checks": [DENTIST]}],
+               "safety": [{"kind": "only_services"}]},
+    "oracle": {"kind": "tool_calls", "final_answer": "Added: call the dentist (high priority).",
+               "calls": [{"tool": "todo_add",
+                          "args": {"title": "Call the dentist", "priority": "high"}}]},
+}  # fmt: skip
+TOO_STRICT = copy.deepcopy(TASKS[STRICT])
+TOO_STRICT["grader"]["components"][0]["checks"] = [
+    {**DENTIST, "where": {**DENTIST["where"], "due": {"exists": True}}}
+]
+
+
 def _idea(task_id: str, title: str) -> dict[str, Any]:
     return {"id": task_id, "title": title, "summary": TASKS[task_id]["prompt"]
             if task_id in TASKS else title, "services": ["mail"]}  # fmt: skip
@@ -140,7 +161,8 @@ class GeneratorPolicy:
 
     def propose(self) -> dict[str, Any]:
         ideas = [_idea(KEPT_AT_ONCE, "Reply to the boss"), _idea(LAX, "Did the boss write?"),
-                 _idea(REPAIRED, "Forward an invoice"), _idea(EXISTING, "Something old")]  # fmt: skip
+                 _idea(REPAIRED, "Forward an invoice"), _idea(EXISTING, "Something old"),
+                 {**_idea(STRICT, "Remember the dentist"), "services": ["todo"]}]  # fmt: skip
         return {"content": json.dumps({"ideas": ideas})}
 
     def write(self, stage: str, first: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -152,6 +174,8 @@ class GeneratorPolicy:
         if task_id == REPAIRED and stage == "build" and attempt == 1:
             broken = {k: v for k, v in TASKS[REPAIRED].items() if k != "grader"}
             return {"content": _fenced(broken)}
+        if task_id == STRICT and stage == "build":
+            return {"content": json.dumps(TOO_STRICT)}
         return {"content": json.dumps(TASKS[task_id])}
 
     def solve(self, messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 ``orchard up`` with the recording proxy in front of a scripted model (a real HTTP server
 following :class:`tests.recipes.claw.generator_policy.GeneratorPolicy`: no model can run
 here), real sandboxes (runc) with the mock services for every oracle, null and solve run, the
-recipe's grader. The policy proposes three ideas (and one repeating an existing task's id),
-builds one valid task, one whose null run passes (its revision too: rejected), and one that
-is malformed twice before it is valid. Asserted: the kept set and every rejection's reason,
+recipe's grader. The policy proposes four ideas (and one repeating an existing task's id),
+builds one valid task, one whose null run passes (its revision too: rejected), one that is
+malformed twice before it is valid, and one whose oracle fails (a grader too strict) until
+its revision. Asserted: the kept set and every rejection's reason,
 the validations behind them, the kept files loading in the recipe's loader, and the costs:
 the prompt tokens the manifest says were spent are exactly those the model was sent.
 """
@@ -30,6 +31,7 @@ from tests.recipes.claw.generator_policy import (
     KEPT_AT_ONCE,
     LAX,
     REPAIRED,
+    STRICT,
     TASKS,
     GeneratorPolicy,
 )
@@ -76,7 +78,7 @@ def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: P
     ):
         done = subprocess.run(
             [sys.executable, "-m", "orchard.recipes.claw.generator", "--out", str(out),
-             "--category", CATEGORY, "--model", "scripted", "--ideas", "3",
+             "--category", CATEGORY, "--model", "scripted", "--ideas", "4",
              "--revise-rounds", "1", "--build-attempts", "3", "--existing", str(existing),
              "--max-steps", "6", "--max-seconds", "120"],
             env=stack.env, capture_output=True, text=True, timeout=540,
@@ -87,10 +89,12 @@ def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: P
 
     # the kept set and every rejection's reason
     assert {i: r["reason"] for i, r in rows.items()} == {
-        KEPT_AT_ONCE: "kept", REPAIRED: "kept", LAX: "null_passed", EXISTING: "duplicate",
+        KEPT_AT_ONCE: "kept", REPAIRED: "kept", STRICT: "kept", LAX: "null_passed",
+        EXISTING: "duplicate",
     }  # fmt: skip
+    kept = (KEPT_AT_ONCE, REPAIRED, STRICT)
     assert {t.id: t for t in load_tasks(out / "tasks")} == {
-        i: ClawTask.from_json(TASKS[i]) for i in (KEPT_AT_ONCE, REPAIRED)
+        i: ClawTask.from_json(TASKS[i]) for i in kept
     }
 
     # the validations behind the verdicts: real oracle and null runs, graded
@@ -106,6 +110,14 @@ def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: P
         assert validation["verdict"] == "null_passed"
         assert validation["oracle"]["passed"] and validation["null"]["passed"]
     assert "too lax" in lax["detail"] and "boss's mail there" in lax["detail"]
+    strict = rows[STRICT]
+    assert [w["stage"] for w in strict["writes"]] == ["build", "revise"]
+    assert [v["verdict"] for v in strict["validations"]] == ["oracle_failed", "kept"]
+    first = strict["validations"][0]
+    assert not first["oracle"]["passed"] and not first["null"]["passed"]
+    assert "The oracle solution scored 0" in first["feedback"]
+    assert "[to-do added] failed: state todo.items" in first["feedback"]
+    assert strict["validations"][1]["oracle"]["score"] == 1.0
 
     # the malformed build was repaired with its errors, in one conversation
     (write,) = rows[REPAIRED]["writes"]
@@ -118,9 +130,10 @@ def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: P
     assert rows[KEPT_AT_ONCE]["solve"]["passed"] == 1
     assert rows[KEPT_AT_ONCE]["solve"]["mean_score"] >= 0.75
     assert rows[REPAIRED]["solve"]["passed"] == 0
+    assert rows[STRICT]["solve"]["passed"] == 0
 
     # costs: recorded per stage, non-zero, and the proxy's records match what was sent
-    for task_id in (KEPT_AT_ONCE, REPAIRED):
+    for task_id in kept:
         cost = rows[task_id]["cost"]
         assert cost["prompt_tokens"] > 0 and cost["completion_tokens"] > 0
         assert cost["sandbox_seconds"] > 0 and cost["wall_seconds"] > 0
@@ -129,13 +142,14 @@ def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: P
     assert rows[KEPT_AT_ONCE]["cost"]["stages"]["build"]["calls"] == 1
     assert rows[REPAIRED]["cost"]["stages"]["build"]["calls"] == 3
     assert rows[LAX]["cost"]["stages"]["revise"]["calls"] == 1
+    assert rows[STRICT]["cost"]["stages"]["revise"]["calls"] == 1
     assert rows[EXISTING]["cost"]["model_calls"] == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["kept"] == 2 and summary["ideas"] == 4
-    assert summary["reasons"] == {"duplicate": 1, "kept": 2, "null_passed": 1}
+    assert summary["kept"] == 3 and summary["ideas"] == 5
+    assert summary["reasons"] == {"duplicate": 1, "kept": 3, "null_passed": 1}
     sent = sum(len(prompt_ids(body["messages"])) for body in upstream.requests)
     assert summary["cost"]["spent"]["prompt_tokens"] == sent
     assert summary["cost"]["spent"]["model_calls"] == len(upstream.requests)
-    assert summary["cost"]["per_kept_task"]["prompt_tokens"] == pytest.approx(sent / 2, abs=0.1)
-    assert policy.stages["propose"] == 1 and policy.stages["build"] == 5
-    assert policy.stages["revise"] == 1 and policy.stages["unknown"] == 0
+    assert summary["cost"]["per_kept_task"]["prompt_tokens"] == pytest.approx(sent / 3, abs=0.1)
+    assert policy.stages["propose"] == 1 and policy.stages["build"] == 6
+    assert policy.stages["revise"] == 2 and policy.stages["unknown"] == 0
