@@ -86,7 +86,8 @@ class Outcome:
             "id": self.id, "category": self.category, "kept": self.kept, "reason": self.reason,
             "detail": self.detail, "idea": self.idea.as_dict() if self.idea else None,
             "revisions": sum(1 for w in self.writes if w.stage == "revise"),
-            "writes": [{"stage": w.stage, "valid": w.task is not None, "errors": w.errors}
+            "writes": [{"stage": w.stage, "valid": w.task is not None, "errors": w.errors,
+                        "session_id": w.conversation.session.id if w.conversation else None}
                        for w in self.writes],
             "validations": [v.as_dict() for v in self.validations],
             "solve": {"trials": [t.as_dict() for t in self.solves],

@@ -13,6 +13,7 @@ the prompt tokens the manifest says were spent are exactly those the model was s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from orchard.recipes.claw.services import runtime
 from orchard.recipes.claw.tasks import ClawTask, load_tasks, save_tasks
 
+from orchard.rollouts import ModelProxyClient, local_proxy_url
 from orchard.testing.scripted_model import prompt_ids, scripted_upstream
 from tests.recipes.claw.generator_policy import (
     CATEGORY,
@@ -55,6 +57,14 @@ def _without_known_asyncio_noise(stderr: str) -> str:
     return KNOWN_NOISE.sub("", stderr)
 
 
+async def _session_rewards(home: Path, manifest: Path) -> dict[str, float | None]:
+    """The reward each build/revise session was finished with, as the proxy holds it."""
+    key = (home / "dev-api-key").read_text().strip()
+    ids = [w["session_id"] for r in _rows(manifest).values() for w in r["writes"]]
+    async with ModelProxyClient(local_proxy_url(home), key) as proxy:
+        return {i: (await proxy.session(i)).reward for i in ids}
+
+
 def _rows(path: Path) -> dict[str, dict[str, Any]]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return {r["id"]: r for r in rows}
@@ -83,6 +93,7 @@ def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: P
              "--max-steps", "6", "--max-seconds", "120"],
             env=stack.env, capture_output=True, text=True, timeout=540,
         )  # fmt: skip
+        rewards = asyncio.run(_session_rewards(stack.home, out / "manifest.jsonl"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in _without_known_asyncio_noise(done.stderr), done.stderr
     rows = _rows(out / "manifest.jsonl")
@@ -124,7 +135,14 @@ def test_the_generator_keeps_only_valid_tasks_and_records_their_cost(tmp_path: P
     assert write["valid"] and len(write["errors"]) == 2
     assert write["errors"][0].startswith("MalformedReply: ")
     assert write["errors"][1].startswith("InvalidTask: grader")
-    assert rows[KEPT_AT_ONCE]["writes"] == [{"stage": "build", "valid": True, "errors": []}]
+    (first_write,) = rows[KEPT_AT_ONCE]["writes"]
+    assert (first_write["valid"], first_write["errors"]) == (True, [])
+
+    # each generation session carries its outcome as its reward (the generator's samples)
+    for task_id, row in rows.items():
+        for n, w in enumerate(row["writes"]):
+            last_of_kept = row["kept"] and n == len(row["writes"]) - 1
+            assert rewards[w["session_id"]] == (1.0 if last_of_kept else 0.0), (task_id, n)
 
     # solve: the scripted solver does one task and gives up on the other
     assert rows[KEPT_AT_ONCE]["solve"]["passed"] == 1
