@@ -15,16 +15,12 @@ script oracle runs ``sh -c`` in its workdir with ``$CLAW_API`` set to the servic
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchard.rollouts import HarnessRun, Limits, ModelEndpoint, Status
+from orchard.rollouts import HarnessRun, Status
 
-from .tasks import ClawTask, ScriptOracle
-
-if TYPE_CHECKING:
-    from orchard import AsyncSandbox
-
-    from .services import ClawServices
+from .harness import TrialContext
+from .tasks import ScriptOracle
 
 
 class NullHarness:
@@ -34,14 +30,7 @@ class NullHarness:
     needs_tools_layer = False
     runs_in_sandbox = False
 
-    async def run_claw(
-        self,
-        sandbox: AsyncSandbox,
-        task: ClawTask,
-        services: ClawServices | None,
-        model: ModelEndpoint,
-        limits: Limits,
-    ) -> HarnessRun:
+    async def run_claw(self, trial: TrialContext) -> HarnessRun:
         return HarnessRun(Status.COMPLETED, 0, None, [], None, {"stop_reason": "null run"})
 
 
@@ -63,15 +52,8 @@ class OracleHarness:
     needs_tools_layer = False
     runs_in_sandbox = False
 
-    async def run_claw(
-        self,
-        sandbox: AsyncSandbox,
-        task: ClawTask,
-        services: ClawServices | None,
-        model: ModelEndpoint,
-        limits: Limits,
-    ) -> HarnessRun:
-        oracle = task.oracle
+    async def run_claw(self, trial: TrialContext) -> HarnessRun:
+        sandbox, services, oracle = trial.sandbox, trial.services, trial.task.oracle
         transcript: list[dict[str, Any]] = []
         errors: list[str] = []
         if isinstance(oracle, ScriptOracle):

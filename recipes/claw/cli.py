@@ -50,9 +50,10 @@ from orchard.rollouts import Harness, Limits, ModelProxyClient, SandboxOptions, 
 from orchard.rollouts.harnesses import HARNESSES
 
 from .bundled import TASKS_DIR
+from .harness import AnyHarness
 from .metrics import markdown_table, summarize, text_table
 from .react import ReactConfig, ReactHarness
-from .runner import AnyHarness, ClawTrial, check_tasks, run_trials
+from .runner import ClawTrial, check_tasks, run_trials
 from .tasks import ClawTask, TaskFormatError, load_tasks
 
 

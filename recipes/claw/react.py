@@ -25,6 +25,8 @@ the proxy's samples stitch.
 Why our own loop (and not the SWE recipe's ``BashAgent``): the tools are the services', the
 answer is a tool call, and a malformed call is answered per tool; the loop is short, and the
 SWE loop's byte-level history encoding matters less for a handful of tool calls per task.
+What is the same is shared: the endpoint's failure (``ModelFailure``), the parsing of a tool
+call and the head/tail cut of a command's output come from ``orchard.recipes.swe.agent``.
 """
 
 from __future__ import annotations
@@ -38,17 +40,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+from orchard.recipes.swe.agent import RETRY_STATUSES, ModelFailure, parse_call, truncate
 
 import orchard
-from orchard.rollouts import HarnessRun, Limits, ModelEndpoint, Status
+from orchard.rollouts import HarnessRun, Status
 
-from .services import ClawServices, ServicesError
-from .tasks import ClawTask
+from .harness import TrialContext
+from .services import ServicesError
 
 if TYPE_CHECKING:
-    from orchard import AsyncSandbox
+    pass
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
 FINAL_ANSWER = "final_answer"
 BASH = "bash"
 
@@ -90,10 +92,6 @@ BASH_TOOL = {
         },
     },
 }
-
-
-class ModelFailure(Exception):
-    """The model endpoint failed (infrastructure: the rollout is ABORTED)."""
 
 
 class _WallTimeUp(Exception):
@@ -150,29 +148,16 @@ class ReactHarness:
             await self._http.close()
             self._http = None
 
-    async def run_claw(
-        self,
-        sandbox: AsyncSandbox,
-        task: ClawTask,
-        services: ClawServices | None,
-        model: ModelEndpoint,
-        limits: Limits,
-    ) -> HarnessRun:
-        return await _Loop(self, sandbox, task, services, model, limits).run()
+    async def run_claw(self, trial: TrialContext) -> HarnessRun:
+        return await _Loop(self, trial).run()
 
 
 class _Loop:
-    def __init__(
-        self,
-        harness: ReactHarness,
-        sandbox: AsyncSandbox,
-        task: ClawTask,
-        services: ClawServices | None,
-        model: ModelEndpoint,
-        limits: Limits,
-    ) -> None:
+    def __init__(self, harness: ReactHarness, trial: TrialContext) -> None:
         self.harness, self.config = harness, harness.config
-        self.sandbox, self.task, self.services, self.limits = sandbox, task, services, limits
+        self.sandbox, self.task, self.limits = trial.sandbox, trial.task, trial.limits
+        self.services = services = trial.services
+        model, limits = trial.model, trial.limits
         self.url = model.openai_base_url.rstrip("/") + "/chat/completions"
         self.model = model.model
         bash = self.config.bash if self.config.bash is not None else services is None
@@ -316,7 +301,7 @@ class _Loop:
             return None
         answer: str | None = None
         for call in calls:
-            call_id, name, arguments = _parse(call)
+            call_id, name, arguments = parse_call(call)
             if answer is not None:
                 self.reply(call_id, "not run: the task is already answered")
                 continue
@@ -352,24 +337,12 @@ class _Loop:
             cwd=self.task.environment.workdir,
             timeout=timeout,
         )
-        output = done.stdout + done.stderr
-        head, tail = self.limits.output_head_bytes, self.limits.output_tail_bytes
-        if len(output) > head + tail:
-            cut = len(output) - head - tail
-            output = output[:head] + f"\n<{cut} bytes left out>\n".encode() + output[-tail:]
+        limits = self.limits
+        text = truncate(
+            done.stdout + done.stderr, limits.output_head_bytes, limits.output_tail_bytes
+        )
         note = f" (timed out after {timeout:.0f} s)" if done.timed_out else ""
-        return f"exit {done.exit_code}{note}\n{output.decode('utf-8', 'replace')}"
-
-
-def _parse(call: Any) -> tuple[str, Any, Any]:
-    """(id, name, arguments) of a tool call; a call without an id or function is an answer that
-    is not a Chat completion (the endpoint's fault, not the model's)."""
-    if not isinstance(call, dict):
-        raise ModelFailure(f"a tool call is not an object: {call!r:.200}")
-    call_id, function = call.get("id"), call.get("function")
-    if not isinstance(call_id, str) or not isinstance(function, dict):
-        raise ModelFailure(f"a tool call has no id or function: {call!r:.200}")
-    return call_id, function.get("name"), function.get("arguments")
+        return f"exit {done.exit_code}{note}\n{text}"
 
 
 def _argument(arguments: Any, key: str) -> str | _Bad:

@@ -7,8 +7,8 @@ One trial is one ``orchard.rollouts.run_rollout`` (a fresh sandbox, a proxy sess
   :class:`ClawTask` itself in ``metadata["claw_task"]``);
 - the harness wrapped in :class:`TrialHarness`, which starts the task's services in the
   sandbox with its fixtures (``ClawServices.start``) before the agent runs, then runs it:
-  a :class:`ClawHarness` (the ReAct loop, the oracle, the null run: driver-side, given the
-  services) by ``run_claw``; any other harness (a CLI of the tools layer: Codex, OpenClaw)
+  a :class:`~orchard.recipes.claw.harness.ClawHarness` (the ReAct loop, the oracle, the
+  null run: driver-side, given the services) by ``run_claw``; any other harness (a CLI of the tools layer: Codex, OpenClaw)
   by ``run`` with the services' usage text (how to call them over HTTP) after the prompt;
 - the grade hook (``run_rollouts``' ``grade``), which reads the audit log and the state,
   runs the verifier script for a script grader, and returns the score's total as the reward:
@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orchard
 from orchard.rollouts import (
@@ -45,6 +45,7 @@ from orchard.rollouts import (
 )
 
 from .grading import GradingError, Score, VerifierOutcome, Violation, audit_dicts, grade
+from .harness import AnyHarness, TrialContext
 from .metrics import TrialOutcome
 from .services import ClawServices, ServiceOptions, ServicesError
 from .tasks import PASS_THRESHOLD, ClawTask, ScriptGrader, file_bytes
@@ -54,25 +55,6 @@ if TYPE_CHECKING:
 
 CLAW_TASK = "claw_task"
 """``Task.metadata`` key holding the :class:`ClawTask`."""
-
-
-class ClawHarness(Protocol):
-    """A harness that is given the task's services (a loop in the driver's process)."""
-
-    name: str
-    needs_tools_layer: bool
-
-    async def run_claw(
-        self,
-        sandbox: AsyncSandbox,
-        task: ClawTask,
-        services: ClawServices | None,
-        model: ModelEndpoint,
-        limits: Limits,
-    ) -> HarnessRun: ...
-
-
-AnyHarness = Harness | ClawHarness
 
 
 def rollout_task(task: ClawTask) -> Task:
@@ -124,7 +106,9 @@ class TrialHarness:
         try:
             run_claw = getattr(self.inner, "run_claw", None)
             if run_claw is not None:
-                run: HarnessRun = await run_claw(sandbox, claw, services, model, limits)
+                run: HarnessRun = await run_claw(
+                    TrialContext(sandbox, claw, services, model, limits)
+                )
             else:
                 prompt = claw.prompt if services is None else f"{claw.prompt}\n\n{services.usage()}"
                 inner: Harness = self.inner  # type: ignore[assignment]

@@ -174,7 +174,7 @@ def test_penalties_and_count_bounds() -> None:
     t = ClawTask.from_json(task(services=["calendar"], grader=grader))
     ev = {"id": "e2", "title": "Team sync", "start": "2026-12-03T11:00:00+01:00"}
     # events keyed by id (an object of records) count as records too
-    state = {"calendar": {"events": {"e1": {"id": "e1", "title": "x"}, "e2": ev}}}
+    state: dict[str, Any] = {"calendar": {"events": {"e1": {"id": "e1", "title": "x"}, "e2": ev}}}
     score = grade(t, [], state, None)
     assert (score.total, score.violations) == (1.0, [])
     state = {"calendar": {"events": [ev, dict(ev, id="e3")]}}  # two: over max, and e1 gone
@@ -231,8 +231,8 @@ def test_verifier_scores() -> None:
     )
     with pytest.raises(GradingError, match="needs the verifier"):
         grade(t, [], {}, None)
-    score = grade(t, [{"service": "todo"}], {}, None, verifier=VerifierOutcome(0, ""))
-    assert (score.kind, score.raw, score.total) == ("script", 1.0, 0.75)
+    graded = grade(t, [{"service": "todo"}], {}, None, verifier=VerifierOutcome(0, ""))
+    assert (graded.kind, graded.raw, graded.total) == ("script", 1.0, 0.75)
 
 
 def test_bad_inputs_raise() -> None:
