@@ -10,9 +10,10 @@ waits until it listens; then each :meth:`~BrowserEnv.reset` / :meth:`~BrowserEnv
 Transport: ``"port"`` (default) holds ONE HTTP/1.1 keep-alive connection to the server
 through ``sb.connect_port`` (docs/ports.md) for the environment's life; ``"exec"`` runs one
 ``python3`` client per request inside the sandbox (``sb.exec``). Both are real and measured
-(``loadtest/bench_gui.py``, docs/benchmarks.md "GUI browser environment"): the port
-connection is several times faster because a request costs one round trip on an open
-stream, not a process start.
+(``loadtest/bench_gui.py``, docs/benchmarks.md "GUI browser environment"): a step costs
+about the same through either (p50 ~120-130 ms here), because the time goes to the browser
+(the action, a screenshot, the element list), not the transport. ``port`` is the default
+because it starts no process per step and holds no executor run slot.
 
 Faults: a request the server refuses because the ACTION is wrong raises
 :class:`~orchard.recipes.gui.actions.BadAction` (the model's fault; the episode goes on).

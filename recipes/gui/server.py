@@ -59,6 +59,7 @@ CHROMIUM_FLAGS = [
 ]
 MAX_BODY = 1 << 20
 MAX_ELEMENTS = 400
+NAVIGATION_RETRIES = 5
 
 ELEMENTS_JS = r"""
 (maxElements) => {
@@ -200,20 +201,34 @@ class Browser:
         """Hide the START cover MiniWoB shows when an episode ends: the screenshot then
         shows the page as the agent left it (what a judge must see), and a click can not
         start a new episode behind the latch."""
-        self.page.evaluate("() => { if (core.cover_div) core.cover_div.style.display = 'none'; }")
+        self.page.evaluate(
+            "() => { if (typeof core !== 'undefined' && core.cover_div) "
+            "core.cover_div.style.display = 'none'; }"
+        )
 
     def observe(self, action_error: str | None = None) -> dict[str, Any]:
         if self.page is None:
             raise BadRequest("bad_request", "no episode: call /reset first")
         self.check_alive()
-        task = self.task_state()  # before the screenshot: the latch sees the end first
-        png = self.page.screenshot(type="png")
-        axtree = self.page.locator("body").aria_snapshot() if self.axtree else None
+        for attempt in range(NAVIGATION_RETRIES):
+            try:
+                task = self.task_state()  # before the screenshot: the latch sees the end first
+                elements = self.page.evaluate(ELEMENTS_JS, MAX_ELEMENTS)
+                png = self.page.screenshot(type="png")
+                axtree = self.page.locator("body").aria_snapshot() if self.axtree else None
+                break
+            except PlaywrightError as err:
+                # A navigation (a link, a failed load's error page committing late) replaced
+                # the page under the evaluation: wait for the new one, then look again.
+                self.check_alive()
+                if "context was destroyed" not in str(err) or attempt == NAVIGATION_RETRIES - 1:
+                    raise
+                self.page.wait_for_load_state("domcontentloaded", timeout=10_000)
         return {
             "png": base64.b64encode(png).decode(),
             "url": self.page.url,
             "utterance": self.utterance,
-            "elements": self.page.evaluate(ELEMENTS_JS, MAX_ELEMENTS),
+            "elements": elements,
             "task": task,
             "axtree": axtree,
             "action_error": action_error,

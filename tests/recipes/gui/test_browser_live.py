@@ -14,8 +14,9 @@ at once, each in its own memory-capped sandbox; the ``exec`` transport works lik
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import pytest
 from orchard.recipes.gui import image as gui_image
 from orchard.recipes.gui.actions import BadAction, Click, Key, Navigate, parse_action
 from orchard.recipes.gui.browser import (
+    SERVER_PATH_IN_SANDBOX,
     BrowserCrashed,
     BrowserEnv,
     Element,
@@ -59,6 +61,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def _client(stack: Stack) -> orchard.AsyncOrchard:
     key = (stack.home / "dev-api-key").read_text().strip()
     return orchard.AsyncOrchard(stack.endpoint, key)
+
+
+@contextlib.asynccontextmanager
+async def _browser(stack: Stack, **kwargs: Any) -> AsyncIterator[BrowserEnv]:
+    """A browser sandbox on the stack (deleted on exit) with its server started."""
+    async with _client(stack) as client:
+        env = await BrowserEnv.create(client, viewport=VIEWPORT, scale=SCALE, **kwargs)
+        async with env:
+            yield env
 
 
 def _image(png: bytes) -> np.ndarray:
@@ -107,33 +118,26 @@ async def _episode(env: BrowserEnv, name: str, seed: int) -> tuple[Observation, 
 
 def test_scripted_policy_solves_several_miniwob_tasks(stack: Stack, tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with _client(stack) as client:
-            env = await BrowserEnv.create(client, viewport=VIEWPORT, scale=SCALE)
-            try:
-                for seed, name in enumerate(SCRIPTED):
-                    first, last = await _episode(env, name, seed)
-                    img = assert_screenshot(first)
-                    for call_name, args in policies.solve(name, first):
-                        if call_name == "click":  # the element aimed at is drawn there
-                            hit = [e for e in first.elements if e.center == (args["x"], args["y"])]
-                            assert_drawn(img, hit[0])
-                    assert last.task_done, name
-                    assert succeeded(last.task_reward), (name, last.task_reward, last.task_reason)
-                    assert_screenshot(last)  # the final page, not MiniWoB's START cover
-                    assert first.url.endswith(f"/miniwob/{name}.html")
-                    (tmp_path / f"{name}.png").write_bytes(first.png)
-            finally:
-                await env.close()
+        async with _browser(stack) as env:
+            for seed, name in enumerate(SCRIPTED):
+                first, last = await _episode(env, name, seed)
+                img = assert_screenshot(first)
+                for call_name, args in policies.solve(name, first):
+                    if call_name == "click":  # the element aimed at is drawn there
+                        hit = [e for e in first.elements if e.center == (args["x"], args["y"])]
+                        assert_drawn(img, hit[0])
+                assert last.task_done, name
+                assert succeeded(last.task_reward), (name, last.task_reward, last.task_reason)
+                assert_screenshot(last)  # the final page, not MiniWoB's START cover
+                assert first.url.endswith(f"/miniwob/{name}.html")
+                (tmp_path / f"{name}.png").write_bytes(first.png)
 
     asyncio.run(scenario())
 
 
 def test_text_is_typed_into_the_field_and_shows(stack: Stack) -> None:
     async def scenario() -> None:
-        async with (
-            _client(stack) as client,
-            await BrowserEnv.create(client, viewport=VIEWPORT, scale=SCALE) as env,
-        ):
+        async with _browser(stack) as env:
             first = await env.reset(MiniWoBTask("enter-text", seed=7, episode_seconds=120))
             field = policies.by_id(first, "tt")
             assert field.value == ""
@@ -153,10 +157,7 @@ def test_text_is_typed_into_the_field_and_shows(stack: Stack) -> None:
 
 def test_a_wrong_policy_is_scored_as_failing_by_the_task(stack: Stack) -> None:
     async def scenario() -> None:
-        async with (
-            _client(stack) as client,
-            await BrowserEnv.create(client, viewport=VIEWPORT, scale=SCALE) as env,
-        ):
+        async with _browser(stack) as env:
             wrong: Any = None
             for seed in range(20):  # a layout with at least two buttons
                 obs = await env.reset(MiniWoBTask("click-button", seed=seed, episode_seconds=120))
@@ -182,10 +183,7 @@ def test_a_wrong_policy_is_scored_as_failing_by_the_task(stack: Stack) -> None:
 
 def test_bad_actions_are_clear_errors_and_the_episode_goes_on(stack: Stack) -> None:
     async def scenario() -> None:
-        async with (
-            _client(stack) as client,
-            await BrowserEnv.create(client, viewport=VIEWPORT, scale=SCALE) as env,
-        ):
+        async with _browser(stack) as env:
             first = await env.reset(MiniWoBTask("click-button", seed=1, episode_seconds=120))
             with pytest.raises(BadAction, match="outside the screen"):
                 parse_action("click", '{"x": 2, "y": 0.5}')
@@ -209,10 +207,7 @@ def test_bad_actions_are_clear_errors_and_the_episode_goes_on(stack: Stack) -> N
 
 def test_a_killed_browser_is_an_infrastructure_fault(stack: Stack) -> None:
     async def scenario() -> None:
-        async with (
-            _client(stack) as client,
-            await BrowserEnv.create(client, viewport=VIEWPORT, scale=SCALE) as env,
-        ):
+        async with _browser(stack) as env:
             await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
             killed = await env.sandbox.exec(["pkill", "-9", "-f", "/usr/lib/chromium/chromium"])
             assert killed.exit_code == 0, killed.stderr_text
@@ -220,13 +215,14 @@ def test_a_killed_browser_is_an_infrastructure_fault(stack: Stack) -> None:
                 await env.step(Click(0.5, 0.5))
             assert caught.value.is_infrastructure
             assert caught.value.reason == "BROWSER_CRASHED"
-            # the server itself gone: the same fault, not a hang
-            async with await BrowserEnv.create(client, viewport=VIEWPORT, scale=SCALE) as env:
-                await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
-                assert env._process is not None
-                await env._process.kill()
-                with pytest.raises(BrowserCrashed):
-                    await env.step(Click(0.5, 0.5))
+        # the server itself gone: the same fault, not a hang
+        async with _browser(stack) as env:
+            await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+            servers = [p for p in await env.sandbox.processes() if SERVER_PATH_IN_SANDBOX in p.argv]
+            assert len(servers) == 1
+            await (await env.sandbox.process(servers[0].id)).kill()
+            with pytest.raises(BrowserCrashed):
+                await env.step(Click(0.5, 0.5))
 
     asyncio.run(scenario())
 
@@ -253,10 +249,8 @@ def test_many_browsers_at_once_each_in_its_own_capped_sandbox(stack: Stack) -> N
 
 def test_the_exec_transport_plays_like_the_port(stack: Stack) -> None:
     async def scenario() -> None:
-        async with _client(stack) as client:
-            env = await BrowserEnv.create(client, transport="exec", viewport=VIEWPORT, scale=SCALE)
-            async with env:
-                _, last = await _episode(env, "click-checkboxes", 5)
-                assert succeeded(last.task_reward)
+        async with _browser(stack, transport="exec") as env:
+            _, last = await _episode(env, "click-checkboxes", 5)
+            assert succeeded(last.task_reward)
 
     asyncio.run(scenario())
