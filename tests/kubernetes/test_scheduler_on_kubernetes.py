@@ -291,8 +291,15 @@ def test_a_preempted_pool_member_leaves_the_pool(
         },
     )
     wait_for("the preempted member to be removed", lambda: fake_api.pod(NAMESPACE, victim) is None)
-    record = plane.loop.call(lambda: plane.scheduler.store.get(victim))
-    assert record is not None and record.state.name == "DELETED"
+
+    def state() -> str | None:
+        record = plane.loop.call(lambda: plane.scheduler.store.get(victim))
+        return None if record is None else record.state.name
+
+    # The pod goes first; the record reaches DELETED once the rest of the teardown (its
+    # token Secret, its policies) is done, a moment later under load.
+    wait_for("the preempted member's record to be DELETED", lambda: state() == "DELETED", 30)
+    assert state() == "DELETED"
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)

@@ -192,6 +192,12 @@ def test_refusals_of_the_real_executor() -> None:
                 metadata=(("authorization", f"Bearer {other_token}"),),
             )
         assert crossed.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        # Revoke takes a notice signed with a token key the fake does not have.
+        with pytest.raises(grpc.RpcError) as revoke:
+            stub.Revoke(executor_pb2.RevokeRequest(sandbox_id=sb.id, notice="r1.k.x.y.0.sig"))
+        assert revoke.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert ("orchard-reason", "REVOCATION_INVALID") in revoke.value.trailing_metadata()
+        assert sb.exec("true").exit_code == 0  # the sandbox's own token still works
         assert info.state == "ready"
 
 

@@ -53,6 +53,10 @@ if TYPE_CHECKING:
     from .client import ClawServices, ServiceOptions
     from .fixtures import Fixtures
 
+
+CLIENT_KEEPALIVE_SECONDS = 5.0
+"""How long the driver keeps an idle connection to the services (they close theirs at 15 s)."""
+
 MARKER = ".installed"
 
 
@@ -165,7 +169,12 @@ async def start_services(
         except OrchardError as err:
             raise ServicesStartError(f"forward port {options.port}: {err}") from err
         services._http = aiohttp.ClientSession(
-            services._forward.url, timeout=aiohttp.ClientTimeout(total=options.call_timeout)
+            services._forward.url,
+            timeout=aiohttp.ClientTimeout(total=options.call_timeout),
+            # Well below the services' own idle timeout (IDLE_SECONDS, 15 s; aiohttp's
+            # default is also 15 s): a kept-alive connection the services are closing
+            # at that moment would be reused and the call reset (seen under load).
+            connector=aiohttp.TCPConnector(keepalive_timeout=CLIENT_KEEPALIVE_SECONDS),
         )
         await _wait_listening(process, options.start_timeout, "the services")
         await health(services)

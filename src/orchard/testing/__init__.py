@@ -65,7 +65,9 @@ What the fake does NOT isolate or enforce:
   KillAll and delete. No message size limits; argv and environment are checked
   by the kernel's execve rule with the host's stack limit. A named file
   ``owner`` is checked against the sandbox's ``etc/passwd`` but only applied
-  when the fake runs as root. The rewards service is not faked.
+  when the fake runs as root. The rewards service is not faked. Tokens are
+  random ids, not signed: ``Revoke`` (the scheduler's call to its nodes, never
+  the SDK's) refuses every notice with ``REVOCATION_INVALID``.
 
 Failures are injected with ``fake.fail_next("Run")`` (an infrastructure
 failure by default) and ``fake.reap(sandbox_id)`` (the server deleted it).

@@ -32,7 +32,7 @@ from ._rpc import CallContext
 from ._sandboxes import SandboxRuntimes
 from ._scripts import ExecCall, Scripts
 from ._sessions import ScriptedSession, ShellSession
-from ._status import Refusal, invalid, not_found
+from ._status import Refusal, invalid, not_found, unauthenticated
 from ._world import MODEL_ENDPOINT_ENV, SANDBOX_ID_RE, SandboxRecord, World
 
 DEFAULT_OUTPUT_BYTES = 16 << 20
@@ -120,9 +120,13 @@ class FakeExecutorService(FakeProcessRpcs):
         self.scripts = scripts
         self.run_commands = run_commands
 
-    def _sandbox(self, sandbox_id: str, context: CallContext) -> SandboxRecord:
+    @staticmethod
+    def _sandbox_id_checked(sandbox_id: str) -> None:
         if not SANDBOX_ID_RE.fullmatch(sandbox_id):
             raise invalid(f"sandbox_id {sandbox_id[:80]!r} is not a valid sandbox id")
+
+    def _sandbox(self, sandbox_id: str, context: CallContext) -> SandboxRecord:
+        self._sandbox_id_checked(sandbox_id)
         self.world.check_token(sandbox_id, context.invocation_metadata())
         with self.world.lock:
             rec = self.world.sandboxes.get(sandbox_id)
@@ -323,6 +327,19 @@ class FakeExecutorService(FakeProcessRpcs):
             )
         killed = self.runtimes.of(rec.id).groups.signal_all(signal)
         return pb.KillAllResponse(killed=killed)
+
+    @refusals
+    def Revoke(self, request: pb.RevokeRequest, context: CallContext) -> pb.RevokeResponse:
+        """The scheduler's call to its nodes, with a notice signed by a sandbox's token key.
+
+        The fake's tokens are random ids with no signing key behind them, so no notice
+        can be verified: every one is refused, as the real executor refuses a notice it
+        cannot verify (the SDK never makes this call)."""
+        self._sandbox_id_checked(request.sandbox_id)
+        raise unauthenticated(
+            "revocation notice refused: the fake signs no tokens, so it verifies no notice",
+            "REVOCATION_INVALID",
+        )
 
     # ---- files -------------------------------------------------------------------------
 

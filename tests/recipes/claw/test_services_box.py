@@ -277,6 +277,21 @@ def test_hostile_arguments_and_bodies(box: BoxProcess) -> None:
     ]
 
 
+def test_a_refused_body_is_read_before_the_close_so_the_client_sees_the_answer(
+    box: BoxProcess,
+) -> None:
+    """Closing with a refused body unread makes the kernel reset the connection: the client,
+    still sending, saw "connection reset" instead of the 413 (a CI failure under load)."""
+    body = b"x" * (3 << 20)  # more than the socket buffers hold: the server must read it
+    head = f"POST /v1/tools/files_write HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", box.port), timeout=20) as sock:
+        sock.sendall(head.encode() + body)
+        answer = b""
+        while b"\r\n\r\n" not in answer and (chunk := sock.recv(4096)):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
 def test_the_admin_channel_is_the_drivers_alone(box: BoxProcess) -> None:
     body = b'{"fixtures": {"todo": {"items": []}}}'
     assert box.request("POST", "/admin/reset", body).status == 401

@@ -28,12 +28,14 @@ would have to be importable in the image before the first call, and starts slowe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import hmac
 import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,6 +46,9 @@ from .wire import sign_request, sign_response
 
 MAX_BODY = 2 << 20
 MAX_INFLIGHT = 16
+IDLE_SECONDS = 15
+LINGER_MAX_BYTES = 8 << 20  # a refused body read and dropped before the close, at most
+LINGER_SECONDS = 2.0
 MAX_NONCES = 100_000
 PR_SET_DUMPABLE = 4
 
@@ -82,7 +87,7 @@ class Server(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     server: Server
-    timeout = 15
+    timeout = IDLE_SECONDS
     protocol_version = "HTTP/1.1"
     server_version = "claw-services/1"
 
@@ -117,8 +122,23 @@ class Handler(BaseHTTPRequestHandler):
         if length < 0 or length > MAX_BODY:
             self.close_connection = True
             self._error(413, "too_large", f"bodies are at most {MAX_BODY} bytes")
+            self._discard(length)
             return None
         return self.rfile.read(length) if length else b""
+
+    def _discard(self, length: int) -> None:
+        """Read (and drop) a refused body before the connection closes, bounded in bytes and
+        time: closing with unread bytes makes the kernel send a reset, which can reach the
+        client before the answer does, so it would see "connection reset" instead of 413."""
+        left = min(max(length, 0), LINGER_MAX_BYTES)
+        deadline = time.monotonic() + LINGER_SECONDS
+        with contextlib.suppress(OSError):
+            self.connection.settimeout(LINGER_SECONDS)
+            while left > 0 and time.monotonic() < deadline:
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
 
     @staticmethod
     def _json(body: bytes) -> tuple[bool, Any]:
@@ -131,6 +151,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self.server.inflight.acquire(blocking=False):
             self.close_connection = True
             self._error(503, "busy", f"at most {MAX_INFLIGHT} requests at once")
+            with contextlib.suppress(ValueError):
+                self._discard(int(self.headers.get("Content-Length") or 0))
             return
         try:
             method()
