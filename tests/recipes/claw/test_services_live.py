@@ -188,7 +188,19 @@ def test_the_agent_cannot_reach_the_audit_log_but_through_calls(stack: Stack) ->
             )
             await sandbox.write_file("/tmp/fake.py", fake)
             await sandbox.start(["python3", "/tmp/fake.py"])
-            await asyncio.sleep(0.5)
+            # bounded wait until the fake listens (a fixed 0.5 s was too short under load)
+            listening = (
+                "import socket, time\n"
+                "for _ in range(300):\n"
+                "    try:\n"
+                f"        socket.create_connection(('127.0.0.1', {services.options.port}), 1).close()\n"
+                "        break\n"
+                "    except OSError:\n"
+                "        time.sleep(0.1)\n"
+                "else:\n"
+                "    raise SystemExit('the fake never listened')\n"
+            )
+            assert (await sandbox.exec(["python3", "-c", listening], timeout=60)).exit_code == 0
             with pytest.raises(ServicesTampered) as tampered:
                 await services.audit()
             assert tampered.value.fault == "task"
