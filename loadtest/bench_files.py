@@ -176,6 +176,7 @@ async def bench_grpc(
                 )
                 for _ in range(size // CHUNK):
                     yield pb.WriteFileRequest(data=block)
+                yield pb.WriteFileRequest(end=pb.WriteFileEnd(size=size // CHUNK * CHUNK))
 
             response = await stub.WriteFile(requests(), metadata=metadata)
             assert response.size == size

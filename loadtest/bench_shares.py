@@ -66,6 +66,7 @@ def victim_calls(node: Node) -> dict[str, Callable[[], object]]:
         def requests() -> Iterator[pb.WriteFileRequest]:
             yield pb.WriteFileRequest(header=pb.WriteFileHeader(sandbox_id=VICTIM, path="/v.bin"))
             yield pb.WriteFileRequest(data=body)
+            yield pb.WriteFileRequest(end=pb.WriteFileEnd(size=len(body)))
 
         return stub.WriteFile(requests(), metadata=md, timeout=60)
 
@@ -152,6 +153,7 @@ class Attack:
         yield pb.WriteFileRequest(header=header)
         yield pb.WriteFileRequest(data=b"x" * 65536)
         self.stopping.wait(600)
+        yield pb.WriteFileRequest(end=pb.WriteFileEnd(size=65536))  # stopped: complete
 
     def _flood(self, sandbox_id: str) -> None:
         request = pb.RunRequest(

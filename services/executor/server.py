@@ -197,14 +197,42 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         self,
         requests: AsyncIterator[pb.WriteFileRequest | pb.UploadRequest],
         what: str,
+        *,
+        end_required: bool = False,
     ) -> AsyncIterator[bytes]:
-        """The ``data`` of every message after the header, idle- and pace-bounded."""
+        """The ``data`` of every message after the header, idle- and pace-bounded.
+
+        ``end_required`` (WriteFile): the data counts only once an ``end`` message gives its
+        size. grpc.aio hands a handler a client's cancel as the stream's end (``read()`` is
+        EOF once the client is gone), so without it a client that died or gave up mid-file
+        left a truncated file committed under its name. Raising here makes the writer drop
+        its temporary file."""
         pace = StreamPace(self._small_limits, what[:-7])
+        sent = 0
         while (request := await next_or_idle(requests, self._idle_seconds, what[:-7])) is not None:
-            if request.WhichOneof("kind") != "data":
-                raise invalid(f"only the first {what} may be `header`")
-            await pace.account(len(request.data))
-            yield request.data
+            kind = request.WhichOneof("kind")
+            if kind == "data":
+                await pace.account(len(request.data))
+                sent += len(request.data)
+                yield request.data
+            elif kind == "end" and end_required:
+                size = request.end.size  # type: ignore[union-attr]
+                if size != sent:
+                    raise invalid(
+                        f"the {what} `end` says {size} bytes but {sent} were sent: "
+                        "nothing was written"
+                    )
+                if await next_or_idle(requests, self._idle_seconds, what[:-7]) is not None:
+                    raise invalid(f"a {what} came after `end`: nothing was written")
+                return
+            else:
+                later = "`data`, then `end`" if end_required else "`data`"
+                raise invalid(f"after the `header`, a {what} carries {later} (got `{kind}`)")
+        if end_required:
+            raise invalid(
+                f"the {what} stream stopped before its `end` message (a cancelled or dropped "
+                "client): nothing was written"
+            )
 
     async def ReadFile(
         self, request: pb.ReadFileRequest, context: Context
@@ -228,7 +256,7 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
             header.path,
             header.mode,
             header.make_parents,
-            self._data_chunks(requests, "WriteFileRequest"),
+            self._data_chunks(requests, "WriteFileRequest", end_required=True),
             owner=header.owner,
         )
         return pb.WriteFileResponse(size=size)

@@ -77,6 +77,7 @@ class Node:
         def requests() -> Iterator[pb.WriteFileRequest]:
             yield pb.WriteFileRequest(header=pb.WriteFileHeader(sandbox_id=sandbox_id, path=path))
             yield pb.WriteFileRequest(data=data)
+            yield pb.WriteFileRequest(end=pb.WriteFileEnd(size=len(data)))
 
         response: pb.WriteFileResponse = self.client.stub.WriteFile(
             requests(), metadata=self.metadata(sandbox_id), timeout=VICTIM_DEADLINE
@@ -150,6 +151,7 @@ def test_slow_write_streams_leave_file_workers_to_other_tenants(node: Node) -> N
         yield pb.WriteFileRequest(header=header)
         yield pb.WriteFileRequest(data=b"x" * 65536)
         release.wait(120)
+        yield pb.WriteFileRequest(end=pb.WriteFileEnd(size=65536))  # released: complete
 
     attacks = [
         node.client.stub.WriteFile.future(

@@ -302,6 +302,7 @@ class StackLoad:
                 header=executor_pb2.WriteFileHeader(sandbox_id=box.id, path=path, make_parents=True)
             ),
             executor_pb2.WriteFileRequest(data=data),
+            executor_pb2.WriteFileRequest(end=executor_pb2.WriteFileEnd(size=len(data))),
         ]
         answer = self.call(
             "write",

@@ -459,9 +459,12 @@ def test_idle_streams_and_idle_connections(world: World) -> None:
     ).SerializeToString()
     release = threading.Event()
 
+    end = executor_pb2.WriteFileRequest(end=executor_pb2.WriteFileEnd(size=0)).SerializeToString()
+
     def idle_requests() -> Iterator[bytes]:
         yield header
         release.wait(60)
+        yield end  # released: the (empty) file is complete
 
     futures = [
         world.executor.stream_unary(f"/{method.containing_service.full_name}/{method.name}").future(

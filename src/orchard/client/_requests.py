@@ -245,8 +245,12 @@ def _write_requests(
             owner=owner,
         )
     )
+    size = 0
     for chunk in file_chunks(data):
+        size += len(chunk)
         yield executor_pb2.WriteFileRequest(data=chunk)
+    # The server writes the file only on this: a stream cut short writes nothing.
+    yield executor_pb2.WriteFileRequest(end=executor_pb2.WriteFileEnd(size=size))
 
 
 def upload_requests(

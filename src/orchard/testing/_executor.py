@@ -435,10 +435,32 @@ def _header_and_data(requests: Iterator[Any], what: str) -> tuple[Any, Iterator[
 
 
 def _data_chunks(requests: Iterator[Any], what: str) -> Iterator[bytes]:
+    """``data`` after the header; a WriteFile stream counts only once its ``end`` gives the
+    size (as the real executor: a stream cut short writes nothing)."""
+    end_required = what == "WriteFileRequest"
+    sent = 0
     for request in requests:
-        if request.WhichOneof("kind") != "data":
-            raise invalid(f"only the first {what} may be `header`")
-        yield request.data
+        kind = request.WhichOneof("kind")
+        if kind == "data":
+            sent += len(request.data)
+            yield request.data
+        elif kind == "end" and end_required:
+            if request.end.size != sent:
+                raise invalid(
+                    f"the {what} `end` says {request.end.size} bytes but {sent} were sent: "
+                    "nothing was written"
+                )
+            if next(requests, None) is not None:
+                raise invalid(f"a {what} came after `end`: nothing was written")
+            return
+        else:
+            later = "`data`, then `end`" if end_required else "`data`"
+            raise invalid(f"after the `header`, a {what} carries {later} (got `{kind}`)")
+    if end_required:
+        raise invalid(
+            f"the {what} stream stopped before its `end` message (a cancelled or dropped "
+            "client): nothing was written"
+        )
 
 
 def _pump_requests(

@@ -56,6 +56,7 @@ def write(client: Client, path: str, data: bytes, **header: object) -> pb.WriteF
         )
         for part in split(data, 1 << 20):
             yield pb.WriteFileRequest(data=part)
+        yield pb.WriteFileRequest(end=pb.WriteFileEnd(size=len(data)))
 
     response: pb.WriteFileResponse = client.stub.WriteFile(
         requests(), metadata=client.metadata(SANDBOX_ID), timeout=30
@@ -215,3 +216,38 @@ def test_file_operation_rpcs(node: tuple[Client, Path]) -> None:
         pb.RemoveRequest(sandbox_id=SANDBOX_ID, path="/ops", recursive=True), metadata=md
     )
     assert removed.removed == 4 and not (rootfs / "ops").exists()
+
+
+def test_a_stream_cut_short_writes_nothing(node: tuple[Client, Path]) -> None:
+    """grpc.aio gives a handler a client's cancel as the stream's end, so the end must be
+    said: a stream that stops after its data (as a cancelled, crashed or dropped client's
+    does), or whose `end` miscounts, leaves no file and no temporary behind; an old file
+    under the name is kept whole."""
+    client, rootfs = node
+    header = pb.WriteFileRequest(header=pb.WriteFileHeader(sandbox_id=SANDBOX_ID, path="/cut"))
+    part = pb.WriteFileRequest(data=b"half of it")
+    cases = {
+        "no end": [header, part],
+        "miscounted end": [header, part, pb.WriteFileRequest(end=pb.WriteFileEnd(size=99))],
+        "data after end": [header, pb.WriteFileRequest(end=pb.WriteFileEnd(size=0)), part],
+    }
+    for name, requests in cases.items():
+        for existing in (None, b"the old contents"):
+            if existing is None:
+                (rootfs / "cut").unlink(missing_ok=True)
+            else:
+                (rootfs / "cut").write_bytes(existing)
+            with pytest.raises(grpc.RpcError) as refused:
+                client.stub.WriteFile(
+                    iter(requests), metadata=client.metadata(SANDBOX_ID), timeout=30
+                )
+            assert status(refused.value) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD")
+            assert "nothing was written" in (refused.value.details() or ""), name
+            if existing is None:
+                assert not (rootfs / "cut").exists(), name
+            else:
+                assert (rootfs / "cut").read_bytes() == existing, name
+            assert not [p for p in os.listdir(rootfs) if p.startswith(".orchard")], name
+    assert write(client, "/cut", b"whole").size == 5
+    assert (rootfs / "cut").read_bytes() == b"whole"
+    (rootfs / "cut").unlink()

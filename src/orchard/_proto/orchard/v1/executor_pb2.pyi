@@ -542,28 +542,58 @@ Global___WriteFileHeader: _TypeAlias = WriteFileHeader  # noqa: Y015
 
 @_typing.final
 class WriteFileRequest(_message.Message):
+    """The stream is `header`, any number of `data`, then `end`. The file is
+    written (atomically, under its name) only once `end` arrives with the size
+    of the data sent: a stream that stops before it, as a cancelled or dropped
+    client's does (gRPC servers see a cancel as the stream's end), writes nothing.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     HEADER_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
     @_builtins.property
     def header(self) -> Global___WriteFileHeader: ...
+    @_builtins.property
+    def end(self) -> Global___WriteFileEnd: ...
     def __init__(
         self,
         *,
         header: Global___WriteFileHeader | None = ...,
         data: _builtins.bytes = ...,
+        end: Global___WriteFileEnd | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "header", b"header", "kind", b"kind"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "end", b"end", "header", b"header", "kind", b"kind"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "header", b"header", "kind", b"kind"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "end", b"end", "header", b"header", "kind", b"kind"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["header", "data"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["header", "data", "end"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___WriteFileRequest: _TypeAlias = WriteFileRequest  # noqa: Y015
+
+@_typing.final
+class WriteFileEnd(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZE_FIELD_NUMBER: _builtins.int
+    size: _builtins.int
+    """Bytes of `data` sent on the stream; another count is refused."""
+    def __init__(
+        self,
+        *,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteFileEnd: _TypeAlias = WriteFileEnd  # noqa: Y015
 
 @_typing.final
 class WriteFileResponse(_message.Message):
