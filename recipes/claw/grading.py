@@ -37,7 +37,9 @@ rules the same way.
 
 Matching semantics (one operator per :class:`~orchard.recipes.claw.tasks.Op`) are in
 :func:`matches`; a path that is not there is *missing*, which no operator but ``exists:
-false``, ``ne`` and ``not_in`` (and ``not``) accepts.
+false``, ``ne`` and ``not_in`` (and ``not``) accepts. A ``regex`` runs on RE2
+(:mod:`~orchard.recipes.claw.patterns`), never on Python's ``re``: the values it is matched
+against are the agent's, and a backtracking engine can be made to run for ever.
 """
 
 from __future__ import annotations
@@ -45,11 +47,11 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
+from . import patterns
 from .tasks import (
     PASS_THRESHOLD,
     AllOf,
@@ -170,10 +172,14 @@ def _contains(value: Any, needle: Any) -> bool:
 
 
 def _regex(value: Any, pattern: str) -> bool:
-    if isinstance(value, str):
-        return re.search(pattern, value, re.IGNORECASE) is not None
-    if isinstance(value, list):
-        return any(isinstance(v, str) and re.search(pattern, v, re.IGNORECASE) for v in value)
+    # RE2, never re: the value is the agent's (patterns.py says why and what is bounded)
+    try:
+        if isinstance(value, str):
+            return patterns.search(pattern, value)
+        if isinstance(value, list):
+            return any(isinstance(v, str) and patterns.search(pattern, v) for v in value)
+    except patterns.PatternError as err:  # an Op built without validation: a guard
+        raise GradingError(f"regex {pattern[:80]!r}: {err}") from None
     return False
 
 

@@ -102,8 +102,9 @@ class ClawFormat:
             "name), arguments, status ok/error, mutating, destructive) and the services' final "
             "state (mail.messages with their folder, calendar.events, todo.items, "
             "contacts.contacts, files.files). Generated tasks leave environment.image unset, "
-            "keep every regex short and without nested quantifiers, and use only the services "
-            "they list.\n\nAn example of a complete task:\n" + json.dumps(EXAMPLE, indent=1)
+            "keep every regex short (RE2 syntax: no backreferences or lookarounds), and use "
+            "only the services they list.\n\nAn example of a complete task:\n"
+            + json.dumps(EXAMPLE, indent=1)
         )
 
     def parse(self, data: Mapping[str, Any]) -> ClawTask:

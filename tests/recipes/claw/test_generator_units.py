@@ -17,6 +17,8 @@ from orchard.recipes.claw.generator.loop import GeneratorOptions
 from orchard.recipes.claw.generator.model import Usage, usage_of_records
 from orchard.recipes.claw.generator.replies import MAX_DEPTH, MalformedReply, json_object
 
+from .deadline import run_python
+
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "recipes" / "claw-generator.md"
 
 
@@ -269,21 +271,55 @@ def test_an_invalid_generated_task_names_what_to_fix(changes: dict[str, object],
 
 
 @pytest.mark.parametrize(
-    ("pattern", "refused"),
-    [("^re:", False), ("(a+)+$", True), ("(x*)*", True), ("(a|aa)+", True), (r"\(a+\)+", False),
-     ("(ab)+", False), ("a{1,3}b", False), ("x" * 201, True)],
+    ("pattern", "why"),
+    [("^re:", None), ("(a+)+$", None), ("(x*)*", None), ("(a|aa)+", None), ("(ab|cd)+", None),
+     ("a{1,3}b", None), ("x" * 200, None), ("x" * 201, "201 characters, over 200"),
+     (r"(a)\1", "no backreferences"), ("fine(?=ly)", "invalid perl operator: (?="),
+     ("(?<!not )fine", "invalid perl operator: (?<!"), (".{300}", "RE2 instructions")],
 )  # fmt: skip
-def test_catastrophic_regexes_are_refused(pattern: str, refused: bool) -> None:
+def test_generated_regexes_are_held_to_re2_and_a_length(pattern: str, why: str | None) -> None:
+    """Nested quantifiers are accepted (RE2 runs them in linear time: the attack below); what
+    RE2 cannot run, compiles too large, or is over the generator's length is refused, naming
+    the field."""
     from orchard.recipes.claw.generator.backend import InvalidTask
-    from orchard.recipes.claw.generator.policy import check
+    from orchard.recipes.claw.generator.taskformat import ClawFormat
 
     task = _example()
     task["grader"]["components"][0]["checks"][0]["where"]["arguments.to"] = {"regex": pattern}  # type: ignore[index]
-    if refused:
-        with pytest.raises(InvalidTask, match="regex"):
-            check(task)
-    else:
-        check(task)
+    if why is None:
+        ClawFormat().parse(task)
+        return
+    with pytest.raises(InvalidTask, match=re.escape(why)) as info:
+        ClawFormat().parse(task)
+    assert "where.arguments.to.regex: " in str(info.value)
+
+
+GRADE_A_GENERATED_TASK = """
+import json, sys
+from orchard.recipes.claw.generator.taskformat import ClawFormat
+from orchard.recipes.claw.grading import grade
+
+task = ClawFormat().parse(json.loads(sys.argv[1]))  # the generator's policy and the format
+print(json.dumps(grade(task, [], {}, sys.argv[2]).to_json()))
+"""
+
+
+@pytest.mark.parametrize("pattern", ["((a)|(a))*b", "a*a*a*a*a*a*b", "((a|aa))+$"])
+def test_a_generated_regex_cannot_freeze_the_grader(pattern: str) -> None:
+    """Patterns a model may write that no nesting heuristic sees (a group in a group; no group
+    at all: polynomial backtracking), graded against the agent's answer in a child process
+    killed at the deadline."""
+    task = _example()
+    task["grader"]["components"][1]["checks"] = [  # type: ignore[index]
+        {"kind": "answer", "match": {"contains": "a"}},
+        {"kind": "answer", "match": {"regex": pattern}},
+    ]
+    hostile = "a" * 5000  # the agent's final answer: no b, no run the pattern can end on
+    out = run_python(
+        GRADE_A_GENERATED_TASK, json.dumps(task), hostile + ("!" if "$" in pattern else "")
+    )
+    told = json.loads(out)["components"][1]
+    assert told["name"] == "told the user" and told["score"] == 0.5  # contains yes, regex no
 
 
 # --- the command's usage errors (before any stack is asked) -----------------------------------

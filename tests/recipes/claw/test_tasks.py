@@ -98,6 +98,60 @@ def test_bad_checks_are_named(check: dict[str, Any], where: str, reason: str) ->
     assert reason in err.reason, err
 
 
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        (r"(a)\1", r"invalid escape sequence: \1"),  # a backreference
+        (r"(?P<x>a)(?P=x)", "invalid perl operator: (?P"),  # a named one
+        ("fine(?=ly)", "invalid perl operator: (?="),  # lookahead
+        ("fine(?!ly)", "invalid perl operator: (?!"),
+        ("(?<=re: )x", "invalid perl operator: (?<="),  # lookbehind
+        ("(?<!not )fine", "invalid perl operator: (?<!"),
+        ("(?>a+)b", "invalid perl operator: (?>"),  # atomic group (Python 3.11's)
+        ("a*+b", "bad repetition operator: *+"),  # possessive
+        (r"done\Z", r"invalid escape sequence: \Z"),  # RE2 spells it \z
+        ("a{1001}", "invalid repetition size"),
+        ("x" * 1001, "a pattern of 1001 characters, over 1000"),
+        ("[^@]{1,255}", "compiles to 2298 RE2 instructions, over 2000"),
+    ],
+)
+def test_a_regex_re2_cannot_run_is_refused_naming_the_field(
+    tmp_path: Path, pattern: str, reason: str
+) -> None:
+    """The grader runs every regex on RE2 (linear time, so no backreferences or lookarounds):
+    what it cannot run, or what is over a bound, is refused when the file is loaded, with the
+    file, the field and RE2's reason, not when a trial is graded."""
+    check = {"kind": "state", "path": "mail.messages",
+             "where": {"body": {"not": {"regex": pattern}}}}  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_grader_with(check)))
+    with pytest.raises(TaskFormatError) as info:
+        load_tasks(path)
+    err = info.value
+    assert err.source == str(path) and err.task == "mail-reply-1"
+    assert err.field.startswith("grader.") and err.field.endswith(".where.body.not.regex"), err
+    assert reason in err.reason, err
+    if "RE2 runs" in err.reason:
+        assert "no backreferences or lookarounds" in err.reason
+
+
+def test_regexes_re2_runs_are_kept_as_written() -> None:
+    patterns = [
+        "^re:",
+        r"(?P<n>\d+) items",
+        r"\pL+ \z",
+        "(?i)caf\u00e9",
+        "[[:alpha:]]{2,}",
+        "(a+)+$",
+    ]
+    checks = [{"kind": "answer", "match": {"regex": p}} for p in patterns]
+    loaded = ClawTask.from_json(
+        task(grader={"kind": "checks", "components": [{"name": "c", "checks": checks}]})
+    )
+    written = loaded.to_json()["grader"]["components"][0]["checks"]
+    assert [c["match"]["regex"] for c in written] == patterns
+
+
 def test_component_names_unique_and_safety_services_known() -> None:
     comp = {"name": "same", "checks": [{"kind": "answer", "match": "x"}]}
     err = _error(task(grader={"kind": "checks", "components": [comp, comp]}))
