@@ -179,6 +179,9 @@ HOSTILE = {
     "a history call past the name rule": (
         [CLAW], _history_call("t" * 60, "mcp__claw"), r"input\[1\]\.namespace: .*does not fit",
     ),
+    "a history call flattening onto another tool": (
+        [_ns("a__b", _fn("c"))], _history_call("b__c", "a"), r"input\[1\]: .*'a__b__c'.*not one-to-one",
+    ),
     "a history call named as a function": (
         [_fn("a__b")], _history_call("b", "a"), r"input\[1\]: .*'a__b'.*not one-to-one",
     ),
