@@ -45,6 +45,7 @@ def _record(
         "started_at": started_wall,
         "stream": bool(chat.get("stream")),
         "not_carried": list(getattr(translation, "not_carried", [])),
+        "tool_names": dict(getattr(translation, "tool_names", {})),
         "_t0": started,
     }
 

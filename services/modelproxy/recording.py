@@ -13,7 +13,9 @@ A record (all JSON)::
     upstream_request (the Chat body sent upstream), response (the upstream's Chat answer,
     streamed chunks reassembled), client_response (what the harness got, when translated),
     prompt_token_ids, completion_token_ids, completion_logprobs (null where not returned),
-    stream, status, error, model_version, started_at, first_token_ms, total_ms, retries
+    stream, status, error, model_version, started_at, first_token_ms, total_ms, retries,
+    not_carried (hints a translation dropped), tool_names (a Responses translation's
+    flattened namespace tools: Chat name -> ``{namespace, name}``)
 """
 
 from __future__ import annotations

@@ -6,22 +6,29 @@ engines' templates knowing no developer role) with ``input_text`` / ``output_tex
 ``input_image`` parts; ``function_call`` items -> the assistant's ``tool_calls`` (consecutive
 calls join one assistant message, as the model emitted them); ``function_call_output`` ->
 ``tool`` messages; ``reasoning`` items' summary text -> the next assistant message's
-``reasoning_content``; ``tools`` of type ``function``; ``tool_choice``;
+``reasoning_content``; ``tools`` of type ``function``, and of type ``namespace`` (Codex's MCP
+servers): each inner function becomes a Chat function named ``<namespace>__<name>``, the
+model's call of it comes back as a ``function_call`` with ``name`` and ``namespace``, and a
+call sent back in the input is flattened the same way (``tool_names`` has the rules and the
+limits; the record keeps the table as ``tool_names``); ``tool_choice``;
 ``parallel_tool_calls``; ``max_output_tokens`` -> ``max_tokens``; ``temperature``, ``top_p``,
 ``reasoning.effort`` -> ``reasoning_effort``; ``stream``.
 
-Refused with 400 naming the field: tools of any other type (``web_search``, ``file_search``,
-``computer_use``, ``custom``, ``local_shell``, ...), ``previous_response_id`` and
-``conversation`` (the proxy keeps no server-side state: send the whole input), ``background``,
-item types other than the above, ``input_file`` parts, encrypted reasoning content, and any
-unknown field. Dropped and listed in the record's ``not_carried``: ``store``, ``include``,
-``prompt_cache_key``, ``service_tier``, ``safety_identifier``, ``user``, ``metadata``,
-``truncation``, ``text`` (verbosity/format hints), ``reasoning.summary``, ``client_metadata``
-(Codex's installation and session ids).
+Refused with 400 naming the field: namespaced tools that cannot be flattened one-to-one onto
+Chat's function names (``tool_names``), tools of any other type (``web_search``,
+``file_search``, ``computer_use``, ``custom``, ``local_shell``, ...), ``previous_response_id``
+and ``conversation`` (the proxy keeps no server-side state: send the whole input),
+``background``, item types other than the above, ``input_file`` parts, encrypted reasoning
+content, and any unknown field. Dropped and listed in the record's ``not_carried``: ``store``,
+``include``, ``prompt_cache_key``, ``service_tier``, ``safety_identifier``, ``user``,
+``metadata``, ``truncation``, ``text`` (verbosity/format hints), ``reasoning.summary``,
+``client_metadata`` (Codex's installation and session ids), a namespace's ``description`` and
+an inner tool's ``output_schema``.
 
 The answer: reasoning -> a ``reasoning`` item (summary text), text -> a ``message`` item with
-one ``output_text`` part, tool calls -> ``function_call`` items; streamed as the Responses
-event sequence (``response.created`` ... ``response.completed``).
+one ``output_text`` part, tool calls -> ``function_call`` items (with ``namespace`` for a
+flattened tool); streamed as the Responses event sequence (``response.created`` ...
+``response.completed``).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 from .chat_api import sse
 from .errors import bad_request, hints_dropped, unsupported
 from .stream_blocks import BlockStream
+from .tool_names import ToolNames, chat_function
 
 _FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
            "max_output_tokens", "temperature", "top_p", "stream", "reasoning"}  # fmt: skip
@@ -51,6 +59,8 @@ class ResponsesTranslation:
         self.request = request
         self.not_carried: list[str] = []
         self.blocks = BlockStream()
+        self.names = ToolNames()
+        """The request's namespaced tools by their flattened Chat names (``tool_names``)."""
         self.id = _id("resp")
         self.created = int(time.time())
         self._seq = 0
@@ -104,8 +114,9 @@ class ResponsesTranslation:
                 out.append(message)
             elif kind == "function_call":
                 last = out[-1] if out else None
+                name = self.names.history_name(item, where)
                 call = {"id": str(item.get("call_id", "")), "type": "function",
-                        "function": {"name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))}}  # fmt: skip
+                        "function": {"name": name, "arguments": str(item.get("arguments", ""))}}  # fmt: skip
                 if (
                     last is not None and last["role"] == "assistant"
                 ):  # the same model turn: its text and its calls are one Chat message
@@ -147,9 +158,32 @@ class ResponsesTranslation:
                 raise unsupported(f"{where}.type", f"{kind!r} items cannot be carried onto Chat")
         return out
 
+    def _tools(self, tools: Any) -> list[dict[str, Any]]:
+        if not isinstance(tools, list):
+            raise bad_request("tools: expected a list of tools")
+        out: list[dict[str, Any]] = []
+        for i, tool in enumerate(tools):
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            if kind == "namespace":
+                out += self.names.flatten(tool, f"tools[{i}]", self.not_carried)
+            elif kind == "function":
+                self.names.function(tool.get("name"), f"tools[{i}]")
+                out.append({"type": "function", "function": chat_function(tool)})
+            else:
+                raise unsupported(f"tools[{i}].type", f"{kind!r} tools cannot be carried onto Chat")
+        return out
+
+    @property
+    def tool_names(self) -> dict[str, dict[str, str]]:
+        """What the record keeps of the flattening: Chat name -> namespace and name."""
+        return {
+            flat: {"namespace": ns, "name": name} for flat, (ns, name) in self.names.chat.items()
+        }
+
     def to_chat(self) -> dict[str, Any]:
         r = self.request
         self.not_carried += hints_dropped(r, _FIELDS, _HINTS, "Responses")
+        tools = self._tools(r["tools"]) if r.get("tools") else []  # first: the history's names
         messages = []
         if r.get("instructions"):
             messages.append({"role": "system", "content": str(r["instructions"])})
@@ -167,30 +201,16 @@ class ResponsesTranslation:
             chat["reasoning_effort"] = reasoning["effort"]
         if reasoning.get("summary"):
             self.not_carried.append("reasoning.summary")
-        if r.get("tools"):
-            chat["tools"] = []
-            for i, tool in enumerate(r["tools"]):
-                if not isinstance(tool, dict) or tool.get("type") != "function":
-                    kind = tool.get("type") if isinstance(tool, dict) else None
-                    raise unsupported(
-                        f"tools[{i}].type", f"{kind!r} tools cannot be carried onto Chat"
-                    )
-                function = {
-                    "name": tool.get("name"),
-                    "parameters": tool.get("parameters") or {"type": "object"},
-                }
-                if tool.get("description"):
-                    function["description"] = tool["description"]
-                if tool.get("strict") is not None:
-                    function["strict"] = tool["strict"]
-                chat["tools"].append({"type": "function", "function": function})
+        if tools:
+            chat["tools"] = tools
         choice = r.get("tool_choice")
         if isinstance(choice, str):
             chat["tool_choice"] = choice
         elif isinstance(choice, dict):
             if choice.get("type") != "function":
                 raise unsupported("tool_choice.type", f"{choice.get('type')!r}")
-            chat["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+            name = self.names.history_name(choice, "tool_choice")
+            chat["tool_choice"] = {"type": "function", "function": {"name": name}}
         return chat
 
     # ---- answer ---------------------------------------------------------------------
@@ -230,7 +250,7 @@ class ResponsesTranslation:
             output.append(_message_item(_id("msg"), message["content"], "completed"))
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {}
-            output.append(_call_item(_id("fc"), call.get("id"), function.get("name"),
+            output.append(_call_item(_id("fc"), call.get("id"), self.names.responses_call(function.get("name")),
                                      function.get("arguments") or "", "completed"))  # fmt: skip
         return self._response("completed", output, completion)
 
@@ -259,7 +279,8 @@ class ResponsesTranslation:
                     item = _reasoning_item(_id("rs"), "")
                     item["summary"] = []
                 else:
-                    item = _call_item(_id("fc"), info["id"], info["name"], "", "in_progress")
+                    named = self.names.responses_call(info["name"])
+                    item = _call_item(_id("fc"), info["id"], named, "", "in_progress")
                 self._items.append(item)
                 out += self._event("response.output_item.added", output_index=index, item=item)
                 if kind == "text":
@@ -296,7 +317,9 @@ class ResponsesTranslation:
             else:
                 out += self._event("response.function_call_arguments.done", item_id=item["id"],
                                    output_index=index, arguments=text)  # fmt: skip
-                item.update(arguments=text, name=info["name"], status="completed")
+                item.pop("namespace", None)
+                item.update(arguments=text, status="completed",
+                            **self.names.responses_call(info["name"]))  # fmt: skip
             out += self._event("response.output_item.done", output_index=index, item=item)
         return out
 
@@ -320,7 +343,8 @@ def _reasoning_item(item_id: str, text: str) -> dict[str, Any]:
 
 
 def _call_item(
-    item_id: str, call_id: Any, name: Any, arguments: str, status: str
+    item_id: str, call_id: Any, named: dict[str, Any], arguments: str, status: str
 ) -> dict[str, Any]:
-    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name,
+    """``named``: ``name`` and, for a namespaced tool, ``namespace`` (``ToolNames``)."""
+    return {"type": "function_call", "id": item_id, "call_id": call_id, **named,
             "arguments": arguments, "status": status}  # fmt: skip

@@ -11,8 +11,10 @@ OS sandbox is off (``--dangerously-bypass-approvals-and-sandbox``): the Orchard 
 the boundary, and Codex's landlock/seccomp sandbox needs privileges a container lacks.
 
 MCP: each of ``mcp_servers`` becomes a ``[mcp_servers.<name>]`` table of that config
-(``url`` for streamable HTTP, ``command``/``args`` for stdio); Codex offers their tools to
-the model as function tools beside its own.
+(``url`` for streamable HTTP, ``command``/``args`` for stdio); Codex offers each server's tools
+to the model as one Responses tool of type ``namespace`` (``mcp__<name>``) beside its own, which
+the proxy flattens onto Chat functions ``mcp__<name>__<tool>`` and maps back
+(docs/modelproxy.md).
 
 Transcript: ``codex exec --json`` prints one JSON event a line (thread, turns, items:
 commands run, file changes, agent messages); that list is returned, with the last agent
@@ -55,8 +57,8 @@ class Codex(CliHarness):
                 'approval_policy = "never"',
                 'sandbox_mode = "danger-full-access"',
                 "check_for_update_on_startup = false",
-                # Only function tools: web search and the sub-agent namespace are tool
-                # types a Chat upstream cannot carry (the proxy refuses them by name).
+                # No web search (a tool type a Chat upstream cannot carry: the proxy refuses
+                # it by name) and no sub-agent namespace (untried through the proxy).
                 'web_search = "disabled"',
                 "",
                 "[features]",
