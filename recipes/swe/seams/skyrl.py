@@ -15,9 +15,11 @@ member's advantage. So, as SkyRL's own Harbor path does, the whole group of an a
 rewards 0.0 for every member (zero advantage), ``stop_reasons`` ``aborted`` for the aborted
 one. Without trajectory ids the groups are unknown and an aborted rollout is an error.
 
-Note: skyrl 0.4.0 needs Python >= 3.12 and 0.3.0 does not import on 3.11 (its ``tinker``
-types use ``typing.TypedDict`` under pydantic), so the tests check the output against the
-``GeneratorOutput`` declaration read from the installed package's source.
+Note: skyrl 0.4.0 needs Python >= 3.12 and imports torch at module level, and 0.3.0 does
+not import on 3.11 (its ``tinker`` types use ``typing.TypedDict`` under pydantic). The only
+torch these machines' registries give is the 3.11 CPU file, so no side venv on 3.12 can
+import either; the tests check the output against the ``GeneratorOutput`` declaration read
+from the installed package's source.
 """
 
 from __future__ import annotations
