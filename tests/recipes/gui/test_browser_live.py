@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from orchard.executor.oom import parse_oom_kills
 from orchard.recipes.gui import image as gui_image
-from orchard.recipes.gui.actions import BadAction, Click, Key, Navigate, parse_action
+from orchard.recipes.gui.actions import BadAction, Click, Key, Navigate, Wait, parse_action
 from orchard.recipes.gui.browser import (
     SERVER_PATH_IN_SANDBOX,
     BrowserCrashed,
@@ -64,6 +64,9 @@ MEMORY_HOG_HTML = b"""<!doctype html><html><body style="margin:0">
 const keep = [];
 function hog() { for (;;) { const a = new Uint8Array(32 << 20); a.fill(1); keep.push(a); } }
 </script></body></html>"""
+# A page whose script, clicked, never gives the renderer back (an endless loop).
+SPIN_HTML = b"""<!doctype html><html><body style="margin:0">
+<button style="width:100%;height:100vh" onclick="for (;;) {}">spin</button></body></html>"""
 
 
 @pytest.fixture(scope="module")
@@ -307,6 +310,32 @@ def test_a_page_that_runs_the_sandbox_out_of_memory_is_an_infrastructure_fault(
                     await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
                 # the kernel's OOM killer did it (the cgroup's counter), not V8's heap limit
                 assert _oom_kills(env.sandbox.id) >= 1
+
+    asyncio.run(scenario())
+
+
+def test_a_request_past_its_deadline_leaves_no_late_answer_behind(stack: Stack) -> None:
+    async def scenario() -> None:
+        # a slow step: the driver gives up at its deadline, the server answers later; that
+        # late answer must not pass for the answer to the next request
+        async with _browser(stack) as env:
+            await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+            env.request_timeout = 2.0
+            with pytest.raises(BrowserCrashed, match="no answer"):
+                await env.step(Wait(5.0))
+            await asyncio.sleep(4.0)  # the step's answer is in by now
+            with pytest.raises(BrowserCrashed, match="no answer") as caught:
+                await env.observe()
+            assert caught.value.is_infrastructure
+            with pytest.raises(BrowserCrashed, match="no answer"):
+                await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+        # a page in an endless loop: the same fault at the deadline, and close() still returns
+        async with _browser(stack) as env:
+            await env.sandbox.write_file("/tmp/spin.html", SPIN_HTML)
+            await env.reset(PageTask("file:///tmp/spin.html", "click"))
+            env.request_timeout = 5.0
+            with pytest.raises(BrowserCrashed, match="no answer"):
+                await env.step(Click(0.5, 0.5))
 
     asyncio.run(scenario())
 
