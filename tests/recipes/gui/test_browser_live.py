@@ -303,10 +303,13 @@ def test_a_page_that_runs_the_sandbox_out_of_memory_is_an_infrastructure_fault(
                 await env.sandbox.write_file("/tmp/hog.html", MEMORY_HOG_HTML)
                 page = await env.reset(PageTask("file:///tmp/hog.html", "click"))
                 assert page.url == "file:///tmp/hog.html"
-                with pytest.raises(BrowserCrashed, match="page crashed") as caught:
+                # The kernel picks the victim by size and oom_score_adj: so far always the
+                # hog's renderer ("page crashed"); the sandbox's own processes (adj 500) could
+                # be picked instead, which must be the same fault, so the reason is not pinned.
+                with pytest.raises(BrowserCrashed) as caught:
                     await env.step(Click(0.5, 0.5))
                 assert caught.value.is_infrastructure
-                with pytest.raises(BrowserCrashed, match="page crashed"):
+                with pytest.raises(BrowserCrashed):
                     await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
                 # the kernel's OOM killer did it (the cgroup's counter), not V8's heap limit
                 assert _oom_kills(env.sandbox.id) >= 1
