@@ -332,6 +332,14 @@ def test_a_request_past_its_deadline_leaves_no_late_answer_behind(stack: Stack) 
             assert caught.value.is_infrastructure
             with pytest.raises(BrowserCrashed, match="no answer"):
                 await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+        # the caller's own deadline cancels a step mid-way: the same, nothing more is sent
+        async with _browser(stack) as env:
+            await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(env.step(Wait(3.0)), 1.0)
+            await asyncio.sleep(3.0)
+            with pytest.raises(BrowserCrashed, match="cut off"):
+                await env.observe()
         # a page in an endless loop: the same fault at the deadline, and close() still returns
         async with _browser(stack) as env:
             await env.sandbox.write_file("/tmp/spin.html", SPIN_HTML)
