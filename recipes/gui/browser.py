@@ -17,10 +17,14 @@ because it starts no process per step and holds no executor run slot.
 
 Faults: a request the server refuses because the ACTION is wrong raises
 :class:`~orchard.recipes.gui.actions.BadAction` (the model's fault; the episode goes on).
-Anything that means the browser or the server is gone (connection closed, HTTP 503/500,
-the server process exited, a request past its deadline) raises :class:`BrowserCrashed`, an
-``orchard.OrchardError`` with ``fault="infrastructure"``: the rollout must be ABORTED, not
-scored as a failed task.
+Anything that means the browser, the episode's page or the server is gone (connection
+closed, HTTP 503 - Chromium disconnected or the page crashed, latched by the server - or
+500, the server process exited, a request past its deadline) raises :class:`BrowserCrashed`,
+an ``orchard.OrchardError`` with ``fault="infrastructure"``: the rollout must be ABORTED,
+not scored as a failed task. After a request that got no answer (deadline, cancellation,
+a cut connection) nothing more is sent: the server may still answer it late, and over the
+keep-alive connection that answer would pass for the next request's; every later call
+raises :class:`BrowserCrashed`. Close the env and start a new browser.
 """
 
 from __future__ import annotations
@@ -261,6 +265,9 @@ class BrowserEnv:
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        # Why the server cannot be trusted any more (a request past its deadline, cancelled
+        # or cut off): its late answer would be read as the answer to the next request.
+        self._broken: str | None = None
 
     @classmethod
     async def create(
@@ -359,7 +366,9 @@ class BrowserEnv:
         self._closed = True
         try:
             if self._process is not None:
-                with contextlib.suppress(BrowserCrashed, orchard.OrchardError, OSError):
+                with contextlib.suppress(
+                    BrowserCrashed, orchard.OrchardError, OSError, TimeoutError
+                ):
                     await asyncio.wait_for(self._request("/close", {}), 10)
                 with contextlib.suppress(orchard.OrchardError):
                     await self._process.kill()
@@ -377,6 +386,11 @@ class BrowserEnv:
             raise RuntimeError("BrowserEnv.start() was not called")
         data = json.dumps(body).encode()
         async with self._lock:
+            if self._broken is not None:
+                raise BrowserCrashed(
+                    f"{path}: not sent, the browser server is unusable: {self._broken}"
+                )
+            answered = False
             try:
                 if self.transport == "port":
                     status, payload = await asyncio.wait_for(
@@ -384,14 +398,18 @@ class BrowserEnv:
                     )
                 else:
                     status, payload = await self._exec_request(path, data)
+                answered = True
             except TimeoutError:
-                raise BrowserCrashed(
+                raise BrowserCrashed(self._break(
                     f"{path}: no answer from the browser server in {self.request_timeout:.0f} s"
-                ) from None
+                )) from None  # fmt: skip
             except (OSError, EOFError, asyncio.IncompleteReadError, ValueError) as err:
                 raise BrowserCrashed(
-                    f"{path}: the browser server connection failed: {err}"
+                    self._break(f"{path}: the browser server connection failed: {err}")
                 ) from err
+            finally:
+                if not answered:  # cancelled mid-request: its answer may still come
+                    self._break(f"{path}: the request was cut off before its answer")
         try:
             answer = json.loads(payload)
         except ValueError:
@@ -405,6 +423,19 @@ class BrowserEnv:
                 f"{path}: HTTP {status} {answer.get('error')}: {answer.get('message')}"
             )
         return answer
+
+    def _break(self, reason: str) -> str:
+        """Latch the first transport failure and drop the connection; returns ``reason``.
+
+        A request that got no answer may still be running in the server (a slow page, a
+        script in an endless loop): over the keep-alive connection its late answer would be
+        read as the answer to the next request, so no request is sent after it.
+        """
+        if self._broken is None:
+            self._broken = reason
+        if self._writer is not None:
+            self._writer.close()
+        return reason
 
     async def _port_request(self, path: str, data: bytes) -> tuple[int, bytes]:
         reader, writer = self._reader, self._writer

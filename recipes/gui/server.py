@@ -22,8 +22,13 @@ process; it is not imported on the driver side (no Playwright there). It:
   200: an observation ``{"png": base64, "url", "utterance", "elements": [...], "task":
   {"done", "reward", "raw_reward", "reason", "episode"} | null, "axtree", "action_error"}``.
   400 ``{"error": "bad_request" | "bad_action", "message"}``: the request or the action is
-  wrong (a key Playwright does not know, ...). 503 ``{"error": "browser_crashed"}``: the
-  browser is gone; the driver aborts the rollout.
+  wrong (a key Playwright does not know, ...). 503 ``{"error": "browser_crashed",
+  "message"}``: the browser or the episode's page is gone (Chromium disconnected; the page
+  crashed, i.e. its renderer process died, killed or out of the sandbox's memory, while the
+  browser process lives on); the driver aborts the rollout. This is latched: once seen,
+  every later request (a ``/reset`` too) answers the same 503, because a fresh context
+  would hide a fault that the sandbox (its memory cap) may cause again, and the episode it
+  hit cannot be scored.
 
 MiniWoB's ground truth is read the way the ``miniwob`` package reads it
 (``selenium_instance.py``): ``WOB_DONE_GLOBAL``, ``WOB_RAW_REWARD_GLOBAL``,
@@ -39,6 +44,7 @@ import base64
 import functools
 import http.server
 import json
+import re
 import sys
 import threading
 import time
@@ -60,6 +66,19 @@ CHROMIUM_FLAGS = [
 MAX_BODY = 1 << 20
 MAX_ELEMENTS = 400
 NAVIGATION_RETRIES = 5
+PROBE_SECONDS = 2.0
+PAGE_CRASHED = (
+    "the page crashed: Chromium's renderer process for it died (killed, or out of the "
+    "sandbox's memory); the browser lives on but the episode cannot"
+)
+DISCONNECTED = "chromium is not running (the browser disconnected)"
+# Playwright's words for a call on a crashed page ("Mouse.click: Target crashed",
+# "Page.goto: Navigation failed because page crashed!"), for when the error comes before the
+# event. Anchored after the API name, so an error a page throws into our own evaluations
+# ("Page.evaluate: Error: page crashed") does not pass for one.
+CRASH_WORDS = re.compile(
+    r"^(?:[\w.]+: )?(?:Target crashed|Page crashed|Navigation failed because page crashed)"
+)
 
 ELEMENTS_JS = r"""
 (maxElements) => {
@@ -111,6 +130,12 @@ TASK_STATE_JS = """() => (typeof WOB_DONE_GLOBAL === 'undefined') ? null : {
   episode: WOB_EPISODE_ID }"""
 
 
+def _target_closed(err: PlaywrightError) -> bool:
+    """A ``TargetClosedError`` (the page, context or browser closed under the call; also the
+    Playwright driver gone). Matched by name: Playwright 1.65's ``sync_api`` does not export it."""
+    return any(cls.__name__ == "TargetClosedError" for cls in type(err).__mro__)
+
+
 class BadRequest(Exception):
     """The request (or the action in it) is malformed: HTTP 400."""
 
@@ -120,7 +145,7 @@ class BadRequest(Exception):
 
 
 class Crashed(Exception):
-    """The browser is gone: HTTP 503."""
+    """The browser or the episode's page is gone: HTTP 503 (``Browser.lost`` says why)."""
 
 
 class Browser:
@@ -140,10 +165,36 @@ class Browser:
         self.latched: dict[str, Any] | None = None
         self.start_episode = 0
         self.miniwob = False
+        # Why no episode can be served any more; once set, every request answers 503 with it.
+        self.lost: str | None = None
+        self.browser.on("disconnected", lambda _: self._lose(DISCONNECTED))
+
+    def _lose(self, reason: str) -> None:
+        """Latch the first fault (the events run on the main thread, inside a Playwright call)."""
+        if self.lost is None:
+            self.lost = reason
 
     def check_alive(self) -> None:
-        if not self.browser.is_connected():
-            raise Crashed("chromium is not running (the browser disconnected)")
+        if self.lost is None and not self.browser.is_connected():
+            self._lose(DISCONNECTED)
+        if self.lost is not None:
+            raise Crashed(self.lost)
+
+    def lost_by(self, err: PlaywrightError) -> str | None:
+        """Why ``err`` means the browser or the page is gone (latched), or None if it does not.
+
+        The page's "crash" event usually arrives with the error (Playwright delivers events in
+        order, during the call that failed); the error's type and words cover the rest: a call
+        on a crashed or closed page fails with ``TargetClosedError`` or "Target crashed".
+        """
+        if self.lost is None and not self.browser.is_connected():
+            self._lose(DISCONNECTED)
+        first = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+        if self.lost is None and CRASH_WORDS.search(first):
+            self._lose(PAGE_CRASHED)
+        if self.lost is None and _target_closed(err):
+            self._lose(f"the page, its context or the browser was closed ({first})")
+        return self.lost
 
     def reset(self, req: dict[str, Any]) -> dict[str, Any]:
         width, height = int(req.get("width", 160)), int(req.get("height", 210))
@@ -152,12 +203,16 @@ class Browser:
             raise BadRequest("bad_request", "viewport out of range")
         self.check_alive()
         if self.context is not None:
-            self.context.close()
+            self.probe_page()
+            old, self.context, self.page = self.context, None, None
+            old.close()
+            self.check_alive()
         self.viewport = (width, height)
         self.context = self.browser.new_context(
             viewport={"width": width, "height": height}, device_scale_factor=scale
         )
         self.page = self.context.new_page()
+        self.page.on("crash", lambda _: self._lose(PAGE_CRASHED))
         self.axtree = bool(req.get("axtree", False))
         self.latched = None
         name, url = req.get("miniwob"), req.get("url")
@@ -183,6 +238,19 @@ class Browser:
             raise BadRequest("bad_request", "reset needs exactly one of miniwob or url")
         return self.observe()
 
+    def probe_page(self) -> None:
+        """Ask the episode's page one question before a reset closes it, so that a renderer
+        that died since the last request is reported (Crashed), not hidden under the new
+        context: closing the context first drops the page's crash event when Chromium has
+        not reported it yet (seen). A page too busy to answer within ``PROBE_SECONDS`` (a
+        script in an endless loop) is closed as before."""
+        try:
+            self.page.wait_for_function("() => true", timeout=PROBE_SECONDS * 1000)
+        except PlaywrightError as err:
+            lost = self.lost_by(err)
+            if lost is not None:
+                raise Crashed(lost) from None
+
     def task_state(self) -> dict[str, Any] | None:
         if not self.miniwob:
             return None
@@ -207,9 +275,9 @@ class Browser:
         )
 
     def observe(self, action_error: str | None = None) -> dict[str, Any]:
+        self.check_alive()
         if self.page is None:
             raise BadRequest("bad_request", "no episode: call /reset first")
-        self.check_alive()
         for attempt in range(NAVIGATION_RETRIES):
             try:
                 task = self.task_state()  # before the screenshot: the latch sees the end first
@@ -220,7 +288,9 @@ class Browser:
             except PlaywrightError as err:
                 # A navigation (a link, a failed load's error page committing late) replaced
                 # the page under the evaluation: wait for the new one, then look again.
-                self.check_alive()
+                lost = self.lost_by(err)
+                if lost is not None:
+                    raise Crashed(lost) from None
                 if "context was destroyed" not in str(err) or attempt == NAVIGATION_RETRIES - 1:
                     raise
                 self.page.wait_for_load_state("domcontentloaded", timeout=10_000)
@@ -235,9 +305,9 @@ class Browser:
         }
 
     def step(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.check_alive()
         if self.page is None:
             raise BadRequest("bad_request", "no episode: call /reset first")
-        self.check_alive()
         name, args = req.get("name"), req.get("arguments") or {}
         if not isinstance(args, dict):
             raise BadRequest("bad_action", "arguments must be an object")
@@ -263,7 +333,9 @@ class Browser:
                 try:
                     self.page.goto(str(args["url"]), timeout=15_000)
                 except PlaywrightError as err:
-                    self.check_alive()
+                    lost = self.lost_by(err)  # "navigation failed because page crashed"
+                    if lost is not None:
+                        raise Crashed(lost) from None
                     error = f"navigation failed: {str(err).splitlines()[0][:300]}"
             elif name == "back":
                 self.page.go_back(timeout=15_000)
@@ -276,11 +348,12 @@ class Browser:
         except (KeyError, TypeError, ValueError) as err:
             raise BadRequest("bad_action", f"{name}: malformed arguments ({err})") from None
         except PlaywrightError as err:
-            self.check_alive()
-            message = str(err).splitlines()[0][:300]
-            if "closed" in message.lower():
-                raise Crashed(message) from None
-            raise BadRequest("bad_action", f"{name}: {message}") from None
+            # A crashed page refuses every input ("Target crashed"): that is the browser's
+            # fault, not the action's, so it must not come back as a bad action.
+            lost = self.lost_by(err)
+            if lost is not None:
+                raise Crashed(lost) from None
+            raise BadRequest("bad_action", f"{name}: {str(err).splitlines()[0][:300]}") from None
         # Let event handlers and a repaint run before the screenshot.
         self.page.wait_for_timeout(30)
         return self.observe(error)
@@ -309,7 +382,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/health":
-            self._send(200, {"ok": True, "browser": self.browser.browser.is_connected()})
+            self._send(200, {"ok": True, "browser": self.browser.browser.is_connected(),
+                             "lost": self.browser.lost})  # fmt: skip
         else:
             self._send(404, {"error": "bad_request", "message": f"no route {self.path}"})
 
@@ -340,12 +414,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except Crashed as err:
             self._send(503, {"error": "browser_crashed", "message": str(err)})
         except PlaywrightError as err:
-            crashed = not self.browser.browser.is_connected()
-            self._send(
-                503 if crashed else 500,
-                {"error": "browser_crashed" if crashed else "server_error",
-                 "message": str(err).splitlines()[0][:500]},
-            )  # fmt: skip
+            lost = self.browser.lost_by(err)
+            if lost is not None:
+                self._send(503, {"error": "browser_crashed", "message": lost})
+            else:
+                message = str(err).splitlines()[0][:500] if str(err) else type(err).__name__
+                self._send(500, {"error": "server_error", "message": message})
 
 
 def _static_server(directory: str) -> http.server.ThreadingHTTPServer:

@@ -7,8 +7,10 @@ model sends (``parse_action``). What is checked: the task's ground-truth reward 
 success for the right actions and failure for wrong ones; the screenshots are PNGs of the
 viewport's pixel size, not blank, with the target element drawn where its box says and
 typed text visible; bad actions are clear errors and the episode goes on; a killed
-Chromium or server is ``BrowserCrashed`` (an infrastructure fault); several browsers run
-at once, each in its own memory-capped sandbox; the ``exec`` transport works like the port.
+Chromium or server, a killed renderer (the page crashed) and a page that runs the sandbox
+out of memory are ``BrowserCrashed`` (an infrastructure fault), and a later reset does not
+hide it; several browsers run at once, each in its own memory-capped sandbox; the ``exec``
+transport works like the port.
 """
 
 from __future__ import annotations
@@ -22,20 +24,23 @@ from typing import Any
 
 import numpy as np
 import pytest
+from orchard.executor.oom import parse_oom_kills
 from orchard.recipes.gui import image as gui_image
-from orchard.recipes.gui.actions import BadAction, Click, Key, Navigate, parse_action
+from orchard.recipes.gui.actions import BadAction, Click, Key, Navigate, Wait, parse_action
 from orchard.recipes.gui.browser import (
     SERVER_PATH_IN_SANDBOX,
     BrowserCrashed,
     BrowserEnv,
     Element,
     Observation,
+    PageTask,
     browser_sandbox_options,
 )
 from orchard.recipes.gui.miniwob import SCRIPTED, MiniWoBTask, succeeded
 from PIL import Image
 
 import orchard
+from tests.cgroup_paths import sandbox_cgroup_dirs
 from tests.recipes.gui import policies
 from tests.stack import IMAGES_DIR, REQUIRES_STACK, Stack, running_stack
 
@@ -50,6 +55,18 @@ pytestmark = [
 
 VIEWPORT = (160, 210)
 SCALE = 2.0
+# Every Chromium renderer in the sandbox, SIGKILLed: the page crashes, the browser lives on.
+KILL_RENDERERS = ["pkill", "-KILL", "-f", "--", "--type=renderer"]
+# A page that, clicked anywhere, fills memory until the sandbox's cgroup OOM-kills a process
+# (typed arrays live outside V8's heap, so V8's own heap limit does not stop it first).
+MEMORY_HOG_HTML = b"""<!doctype html><html><body style="margin:0">
+<button style="width:100%;height:100vh" onclick="hog()">hog</button><script>
+const keep = [];
+function hog() { for (;;) { const a = new Uint8Array(32 << 20); a.fill(1); keep.push(a); } }
+</script></body></html>"""
+# A page whose script, clicked, never gives the renderer back (an endless loop).
+SPIN_HTML = b"""<!doctype html><html><body style="margin:0">
+<button style="width:100%;height:100vh" onclick="for (;;) {}">spin</button></body></html>"""
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +120,18 @@ def assert_drawn(pixels: np.ndarray, element: Element) -> None:
     region = _region(pixels, element)
     differing = np.abs(region - background).sum(axis=2) > 60
     assert differing.mean() > 0.02, f"{element} is not visible in the screenshot"
+
+
+def _oom_kills(sandbox_id: str) -> int:
+    """The kernel's OOM-kill counter of the sandbox's memory cgroup (read on the host)."""
+    for controller, name in (("memory", "memory.oom_control"), ("unified", "memory.events")):
+        for folder in sandbox_cgroup_dirs(sandbox_id, controller):
+            path = Path(folder) / name
+            if path.exists():
+                kills = parse_oom_kills(path.read_bytes())
+                if kills is not None:
+                    return kills
+    raise AssertionError(f"no readable OOM counter for {sandbox_id}")
 
 
 async def _episode(env: BrowserEnv, name: str, seed: int) -> tuple[Observation, Observation]:
@@ -222,6 +251,101 @@ def test_a_killed_browser_is_an_infrastructure_fault(stack: Stack) -> None:
             assert len(servers) == 1
             await (await env.sandbox.process(servers[0].id)).kill()
             with pytest.raises(BrowserCrashed):
+                await env.step(Click(0.5, 0.5))
+
+    asyncio.run(scenario())
+
+
+def test_a_crashed_page_is_an_infrastructure_fault_a_reset_does_not_hide(stack: Stack) -> None:
+    task = MiniWoBTask("click-button", seed=2, episode_seconds=120)
+
+    async def kill_renderers(env: BrowserEnv) -> None:
+        killed = await env.sandbox.exec(KILL_RENDERERS)
+        assert killed.exit_code == 0, killed.stderr_text  # at least one renderer was there
+
+    async def scenario() -> None:
+        # the renderer dies under an episode; the browser process and the server live on
+        async with _browser(stack) as env:
+            await env.reset(task)
+            await kill_renderers(env)
+            with pytest.raises(BrowserCrashed, match="page crashed") as caught:
+                await env.step(Click(0.5, 0.5))
+            assert caught.value.is_infrastructure
+            assert caught.value.reason == "BROWSER_CRASHED"
+            # latched: neither a screenshot nor a new episode pretends all is well
+            with pytest.raises(BrowserCrashed, match="page crashed"):
+                await env.screenshot()
+            with pytest.raises(BrowserCrashed, match="page crashed"):
+                await env.reset(task)
+        # seen first by a screenshot (no action), or first by the next reset
+        async with _browser(stack) as env:
+            await env.reset(task)
+            await kill_renderers(env)
+            with pytest.raises(BrowserCrashed, match="page crashed"):
+                await env.screenshot()
+        async with _browser(stack) as env:
+            await env.reset(task)
+            await kill_renderers(env)
+            with pytest.raises(BrowserCrashed, match="page crashed"):
+                await env.reset(task)
+
+    asyncio.run(scenario())
+
+
+def test_a_page_that_runs_the_sandbox_out_of_memory_is_an_infrastructure_fault(
+    stack: Stack,
+) -> None:
+    async def scenario() -> None:
+        async with _client(stack) as client:
+            options = browser_sandbox_options(memory=512 << 20)
+            env = await BrowserEnv.create(client, options, viewport=VIEWPORT, scale=SCALE)
+            async with env:
+                await env.sandbox.write_file("/tmp/hog.html", MEMORY_HOG_HTML)
+                page = await env.reset(PageTask("file:///tmp/hog.html", "click"))
+                assert page.url == "file:///tmp/hog.html"
+                # The kernel picks the victim by size and oom_score_adj: so far always the
+                # hog's renderer ("page crashed"); the sandbox's own processes (adj 500) could
+                # be picked instead, which must be the same fault, so the reason is not pinned.
+                with pytest.raises(BrowserCrashed) as caught:
+                    await env.step(Click(0.5, 0.5))
+                assert caught.value.is_infrastructure
+                with pytest.raises(BrowserCrashed):
+                    await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+                # the kernel's OOM killer did it (the cgroup's counter), not V8's heap limit
+                assert _oom_kills(env.sandbox.id) >= 1
+
+    asyncio.run(scenario())
+
+
+def test_a_request_past_its_deadline_leaves_no_late_answer_behind(stack: Stack) -> None:
+    async def scenario() -> None:
+        # a slow step: the driver gives up at its deadline, the server answers later; that
+        # late answer must not pass for the answer to the next request
+        async with _browser(stack) as env:
+            await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+            env.request_timeout = 2.0
+            with pytest.raises(BrowserCrashed, match="no answer"):
+                await env.step(Wait(5.0))
+            await asyncio.sleep(4.0)  # the step's answer is in by now
+            with pytest.raises(BrowserCrashed, match="no answer") as caught:
+                await env.observe()
+            assert caught.value.is_infrastructure
+            with pytest.raises(BrowserCrashed, match="no answer"):
+                await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+        # the caller's own deadline cancels a step mid-way: the same, nothing more is sent
+        async with _browser(stack) as env:
+            await env.reset(MiniWoBTask("click-button", seed=2, episode_seconds=120))
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(env.step(Wait(3.0)), 1.0)
+            await asyncio.sleep(3.0)
+            with pytest.raises(BrowserCrashed, match="cut off"):
+                await env.observe()
+        # a page in an endless loop: the same fault at the deadline, and close() still returns
+        async with _browser(stack) as env:
+            await env.sandbox.write_file("/tmp/spin.html", SPIN_HTML)
+            await env.reset(PageTask("file:///tmp/spin.html", "click"))
+            env.request_timeout = 5.0
+            with pytest.raises(BrowserCrashed, match="no answer"):
                 await env.step(Click(0.5, 0.5))
 
     asyncio.run(scenario())
