@@ -16,6 +16,7 @@ scheduler deletes it; and the other tenants' sandboxes are not touched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -160,7 +161,5 @@ def test_a_sandbox_that_cannot_be_told_is_deleted(stack: Stack) -> None:
             time.sleep(0.2)
         assert not folder.exists(), "the sandbox that took no notice is still there"
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
