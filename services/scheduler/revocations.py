@@ -88,11 +88,13 @@ class SandboxRevocations:
         for tenant in sorted(tenants):
             before = table[tenant]
             for rec in self._store.find(tenant=tenant, states=ASKED_STATES):
-                if not rec.executor_address or rec.created_at >= before:
-                    continue  # the node executor reads the file; or no token predates it
+                if rec.created_at >= before:
+                    continue  # every token of it is issued after the moment
                 if rec.state == State.PENDING:
-                    again.add(tenant)
+                    again.add(tenant)  # its executor address is known once it is usable
                     continue
+                if not rec.executor_address:
+                    continue  # the node executor serves it, and reads the file itself
                 targets.append(NoticeTarget(rec.id, tenant, rec.executor_address, rec.created_at))
         result = await self._delivery.deliver(table, targets)
         again.update(t.tenant for t in result.failed)
