@@ -91,6 +91,7 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
     images_env = os.environ.get("ORCHARD_IMAGES_DIR")
     init_env = os.environ.get("ORCHARD_INIT_BINARY")
     bundle_env = os.environ.get("ORCHARD_EXECUTOR_BUNDLE")
+    give_up_env = os.environ.get("ORCHARD_REVOCATION_GIVE_UP_SECONDS")
     return SchedulerSettings(
         home=args.home or orchard_home(),
         listen=args.listen,
@@ -104,6 +105,9 @@ def parse_args(argv: list[str] | None = None) -> SchedulerSettings:
         delete_waits_for_teardown=args.delete_waits_for_teardown,
         metrics_listen=args.metrics_listen,
         health_listen=args.health_listen,
+        revocation_give_up_seconds=float(give_up_env)
+        if give_up_env
+        else SchedulerSettings.revocation_give_up_seconds,
     )
 
 

@@ -27,7 +27,7 @@ from orchard.common.service_runner import (
 from orchard.common.tokens import TokenSigner
 from orchard.common.undecodable import UndecodableRequests
 
-from .backends.base import CLOSE, Backend, supports
+from .backends.base import CLOSE, PUSHES_REVOCATIONS, Backend, supports
 from .backends.registry import load_backend
 from .callers import SCHEDULER_CALLERS
 from .disk_full import disk_full_status
@@ -36,6 +36,7 @@ from .pool_filler import PoolFiller
 from .pool_service import PoolServicer
 from .reaper import TtlReaper
 from .recovery import reconcile
+from .revocations import SandboxRevocations
 from .service import SchedulerService
 from .settings import SchedulerSettings
 from .store import SandboxStore
@@ -57,12 +58,16 @@ class RunningScheduler:
     owns_backend: bool = False
     """The scheduler loaded the backend itself (not handed one), so it closes it on stop."""
     health_port: HealthPort | None = None
+    revocations: SandboxRevocations | None = None
+    """Notices to sandboxes with their own executor (None: the backend sends its own)."""
 
     async def stop(self, settings: SchedulerSettings) -> None:
         await self.runner.stop(settings.shutdown_grace_seconds)
         if self.health_port is not None:
             await self.health_port.stop()
         self.unregister_metrics()
+        if self.revocations is not None:
+            await self.revocations.stop()
         await self.pools.stop()
         await self.reaper.stop()
         if settings.delete_all_on_shutdown:
@@ -118,6 +123,10 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     reaper = TtlReaper(lifecycle, settings.reap_interval_seconds)
     reaper.start()
     pools.start()
+    revocations = None
+    if PUSHES_REVOCATIONS not in backend.capabilities:
+        revocations = _sandbox_revocations(settings, layout, signer, store, lifecycle)
+        revocations.start()
     log.info(
         "scheduler serving",
         address=address,
@@ -138,7 +147,41 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
         health_port = await start_health_port(runner.health, settings.health_listen)
     await runner.serving()
     return RunningScheduler(
-        address, runner, lifecycle, reaper, store, pools, unregister, owns_backend, health_port
+        address,
+        runner,
+        lifecycle,
+        reaper,
+        store,
+        pools,
+        unregister,
+        owns_backend,
+        health_port,
+        revocations,
+    )
+
+
+def _sandbox_revocations(
+    settings: SchedulerSettings,
+    layout: NodeLayout,
+    signer: TokenSigner,
+    store: SandboxStore,
+    lifecycle: SandboxLifecycle,
+) -> SandboxRevocations:
+    """The scheduler's own notices, for a backend that does not send them (local): a
+    sandbox that cannot be told is removed like an expired one."""
+
+    async def remove(sandbox_id: str, why: str) -> None:
+        rec = store.get(sandbox_id)
+        if rec is not None:
+            await lifecycle.remove(rec, why, wait=False)
+
+    return SandboxRevocations(
+        layout.revocations,
+        signer,
+        store,
+        remove,
+        interval_seconds=settings.revocation_check_seconds,
+        give_up_seconds=settings.revocation_give_up_seconds,
     )
 
 

@@ -88,6 +88,12 @@ class SchedulerSettings:
     """Data-plane token lifetime; capped by the sandbox's expiry."""
     reap_interval_seconds: float = 2.0
     """How often the TTL reaper looks for expired sandboxes."""
+    revocation_check_seconds: float = 0.5
+    """How often ``revocations.json`` is looked at for sandboxes with their own executor
+    (``revocations.py``: local injected and runsc sandboxes are sent notices)."""
+    revocation_give_up_seconds: float = 30.0
+    """A sandbox whose own executor has not taken a revocation notice for this long is
+    deleted (``$ORCHARD_REVOCATION_GIVE_UP_SECONDS``)."""
     delete_all_on_shutdown: bool = False
     """Delete every sandbox on graceful shutdown (``orchard up`` leaves nothing behind)."""
     delete_waits_for_teardown: bool = False

@@ -33,6 +33,8 @@ from hypothesis import strategies as st
 
 from orchard import Orchard, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, pools_pb2, rewards_pb2, sandbox_pb2
+from orchard.common.layout import NodeLayout
+from orchard.common.tokens import TokenSigner
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 from .fuzz.bench_tiny_chunks import start_attacker
@@ -317,6 +319,66 @@ def test_executor_rpcs_with_random_fields(world: World) -> None:
     data = tally.write()
     assert not tally.unclear, tally.unclear[:5]
     assert data["rpcs"] == len(EXECUTOR_SERVICE.methods)
+
+
+def _hostile_notices(world: World) -> st.SearchStrategy[tuple[str, str]]:
+    """(sandbox id, notice) pairs no one holding only a tenant's key or token can turn into
+    a revocation: random text, oversized, the victim's notice signed with another key or
+    mutated, the foreign sandbox's real notice sent under the victim's id, one dated ahead."""
+    ring = TokenSigner(NodeLayout(world.stack.home).keyring_file())
+    stranger = TokenSigner.from_key(secrets.token_bytes(32))
+    victim, foreign = world.victim.id, world.foreign.id
+    now = time.time()
+    forged = stranger.sign_revocation(victim, "dev", now)
+    ahead = ring.sign_revocation(victim, "dev", now + 3600)
+    foreign_real = ring.sign_revocation(foreign, "mallory", now)
+
+    def mutated(notice: str, at: int, char: str) -> str:
+        at %= len(notice)
+        return notice[:at] + char + notice[at + 1 :]
+
+    notices = st.one_of(
+        st.text(max_size=200),
+        st.builds(lambda n: "r1." + "A" * n, st.integers(1000, 200_000)),
+        st.just(forged),
+        st.just(ahead),
+        st.just(foreign_real),
+        st.builds(mutated, st.just(foreign_real), st.integers(0, 10_000), st.characters()),
+        st.just(world.victim_token),
+    )
+    return st.tuples(st.sampled_from([victim, victim, foreign, "sb-nope"]), notices).filter(
+        lambda pair: pair != (foreign, foreign_real)  # that one is real: only we could sign it
+    )
+
+
+def test_revoke_refuses_hostile_notices(world: World) -> None:
+    """ExecutorService.Revoke (a notice signed with the sandbox's own key voids its tenant's
+    older tokens): every forged, random, oversized, future-dated or other sandbox's notice is
+    refused with a clear status, and both tenants' tokens keep working."""
+    tally = Tally("clients-revoke-notices")
+    revoke = EXECUTOR_SERVICE.methods_by_name["Revoke"]
+
+    @FUZZ
+    @given(pair=_hostile_notices(world), metadata=_forged_keys())
+    def one(pair: tuple[str, str], metadata: tuple[tuple[str, str], ...]) -> None:
+        if not _ascii_metadata_ok(metadata):
+            metadata = ()
+        sandbox_id, notice = pair
+        request = executor_pb2.RevokeRequest(sandbox_id=sandbox_id, notice=notice)
+        outcome = call_raw(world.executor, revoke, [request.SerializeToString()], metadata)
+        tally.add("Revoke", outcome, notice[:120])
+        assert outcome.code in (
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,  # past the executor's message size
+        ), (outcome, pair)
+
+    before, foreign_before = state_snapshot(world.stack.home), world.foreign_state()
+    one()
+    _check_unchanged(world, before, foreign_before)  # the victim's token still runs commands
+    data = tally.write()
+    assert not tally.unclear, tally.unclear[:5]
+    assert data["calls"] >= EXAMPLES
 
 
 def test_reward_rpcs_refuse_forged_keys(world: World) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -444,20 +445,22 @@ def _real_init(backend: LocalBackend) -> bool:
     return binary is not None and binary.name.startswith("orchard-init")
 
 
-def test_required_user_namespaces_refuse_an_injected_create_by_name(
+@pytest.mark.skipif(shutil.which("runsc") is None, reason="needs gVisor's runsc")
+def test_required_user_namespaces_refuse_a_runsc_create_by_name(
     settings: LocalSettings, run: Run, home: Path, tmp_path: Path
 ) -> None:
-    """ORCHARD_USERNS=1 (userns_required): a runtime class without namespaces is refused
-    with UNSUPPORTED naming the setting, before any folder is made; by default (on for
-    runc only) the same create would run without one (tests/injected)."""
+    """ORCHARD_USERNS=1 (userns_required): the runtime class without namespaces (runsc)
+    is refused with UNSUPPORTED naming the setting, before any folder is made; by default
+    the same create would run without one (tests/injected/test_runsc_userns.py). runc and
+    injected sandboxes have them (tests/injected/test_injected_userns.py)."""
     required = LocalBackend(
         replace(settings, userns_required=True, executor_bundle=tmp_path / "bundle")
     )
     try:
         with pytest.raises(BackendError) as refused:
-            run(required.create(spec("inj-1", runtime_class="injected")))
+            run(required.create(spec("gv-1", runtime_class="runsc")))
         assert refused.value.reason == "UNSUPPORTED"
         assert "ORCHARD_USERNS=1" in refused.value.message
-        assert not (home / "sandboxes/inj-1").exists()
+        assert not (home / "sandboxes/gv-1").exists()
     finally:
         run(required.close())

@@ -11,8 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from orchard.common.layout import SandboxLayout
 from services.scheduler.backends.base import BackendError
 from services.scheduler.backends.local import oci_config, userns
+from services.scheduler.backends.local.injected import (
+    BUNDLE_IN_CONTAINER,
+    RUN_IN_CONTAINER,
+    InjectedRuntime,
+)
 
 
 def _sandbox(home: Path, name: str) -> Path:
@@ -137,4 +143,26 @@ def test_runc_is_pointed_at_the_reachable_alias_not_the_home(tmp_path: Path) -> 
     assert sources["/etc/resolv.conf"] == str(alias / "resolv.conf")
     assert sources[oci_config.INIT_PATH_IN_CONTAINER] == str(alias / userns.INIT_IN_BUNDLE)
     assert sources["/proc"] == "proc"
+    assert not any(str(tmp_path) in source for source in sources.values())
+
+
+def test_reroute_moves_an_injected_sandboxs_bundle_and_run_folder(tmp_path: Path) -> None:
+    """An injected sandbox: the bundle (outside the folder, perhaps under 0700 parents)
+    and the run folder go through the alias too; nothing left points at the home."""
+    sandbox_dir = tmp_path / "home" / "sandboxes" / "sb-i"
+    bundle = tmp_path / "home" / "bundles" / "abc"
+    inject = InjectedRuntime(bundle, SandboxLayout(sandbox_dir, "sb-i"))
+    config = oci_config.build_config(
+        sandbox_id="sb-i",
+        rootfs=sandbox_dir / "rootfs",
+        init_binary=tmp_path / "home" / "bin" / "orchard-init",
+        limits=oci_config.ContainerLimits(500, 1 << 28, 64),
+        injected=inject,
+        userns=("/proc/7/ns/user", userns.UidRange(3, 1 << 30).mapping),
+    )
+    userns.reroute(config, sandbox_dir, tmp_path / "home" / "bin" / "orchard-init", bundle)
+    alias = userns.REACHABLE_ROOT / "sb-i"
+    sources = {m["destination"]: m["source"] for m in config["mounts"]}
+    assert sources[BUNDLE_IN_CONTAINER] == str(alias / userns.EXECUTOR_BUNDLE_IN_FOLDER)
+    assert sources[RUN_IN_CONTAINER] == str(alias / "run")
     assert not any(str(tmp_path) in source for source in sources.values())

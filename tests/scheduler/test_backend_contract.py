@@ -15,6 +15,7 @@ from orchard.scheduler.backends.base import (
     CLOSE,
     MODEL_ENDPOINT,
     POOL_STATE,
+    PUSHES_REVOCATIONS,
     REPORT_FAILURES,
     UPDATE_ENV,
     UPDATE_NETWORK,
@@ -93,7 +94,14 @@ def test_the_real_backends_declare_what_they_implement(tmp_path: Path) -> None:
         MODEL_ENDPOINT,
         CLOSE,
     }
-    assert kube.capabilities == {POOL_STATE, UPDATE_NETWORK, REPORT_FAILURES, CLOSE}
+    # Kubernetes tells its pods of revocations itself; the scheduler tells local sandboxes.
+    assert kube.capabilities == {
+        POOL_STATE,
+        UPDATE_NETWORK,
+        REPORT_FAILURES,
+        CLOSE,
+        PUSHES_REVOCATIONS,
+    }
 
 
 def test_the_local_backend_refuses_a_model_endpoint_under_runsc(tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ by listing them in ``capabilities``::
     CHECK_RUNTIME_CLASS check_runtime_class: refuse a template's class at start (local)
     MODEL_ENDPOINT      check_model_endpoint: sandboxes can have a model endpoint (local)
     CLOSE               close: the backend's own shutdown (both)
+    PUSHES_REVOCATIONS  (no method) it tells its sandboxes' executors of revocations
+                        itself (Kubernetes: ``revocation_push``); otherwise the
+                        scheduler does, for every sandbox with its own executor
 
 Why a declaration and not ``isinstance`` on runtime-checkable Protocols (what
 the scheduler did before): ``isinstance`` against a Protocol only checks that
@@ -296,6 +299,7 @@ MODEL_ENDPOINT: Capability[ModelEndpointing] = Capability(
     "model_endpoint", ("check_model_endpoint",)
 )
 CLOSE: Capability[Closing] = Capability("close", ("close",))
+PUSHES_REVOCATIONS: Capability[object] = Capability("pushes_revocations", ())
 
 
 def supports(backend: Backend, capability: Capability[P]) -> P | None:

@@ -22,7 +22,8 @@ Why each part:
   verifiers re-read it when it changes (at most once per
   :data:`REVOCATION_CHECK_SECONDS`), so a revoked tenant's tokens stop working
   within about a second on the node executor. An executor with no such file (a
-  Kubernetes pod's) is told instead: the scheduler pushes a **revocation notice**
+  Kubernetes pod's, a local injected or runsc sandbox's) is told instead: the
+  scheduler pushes a **revocation notice**
   (``r1.<kid>.<sandbox_id>.<tenant>.<before_ms>.<signature>``, signed like a
   token with the sandbox's own key, so only the holder of that key can make one:
   the scheduler, or the sandbox voiding its own tokens) to each of the tenant's

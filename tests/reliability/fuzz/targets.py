@@ -13,6 +13,11 @@ as ``crash-<sha1>`` in the working directory).
   and a refusal is always INVALID_ARGUMENT.
 - ``token``: executor token verification: random tokens, and mutations of a
   valid one, never verify for another sandbox; only TokenError escapes.
+- ``revocation``: the executor's ``Revoke`` step (``CallAuthorizer.revoke``) in an
+  injected executor holding one sandbox's keys: random notices, mutations of a
+  valid one and random sandbox ids; only UNAUTHENTICATED ``REVOCATION_INVALID``
+  (or INVALID_ARGUMENT for a bad id) escapes, and nothing but the valid notice for
+  its own sandbox changes what the executor has revoked.
 - ``rest``: the REST facade's JSON -> proto step for every request type it
   serves; only RestError INVALID_ARGUMENT escapes.
 - ``init``: the Python side of the orchard-init protocol: answer decoders and
@@ -35,18 +40,18 @@ from pathlib import Path
 
 import atheris
 from google.protobuf import message_factory
-from orchard.executor import init_protocol
+from orchard.executor import auth, init_protocol
 from orchard.executor.files import paths, tarreader
 from orchard.gateway import rest
 
 from orchard._proto.orchard.v1 import executor_pb2, pools_pb2, rewards_pb2, sandbox_pb2
 from orchard.common import tokens
 from orchard.common.errors import ServiceError
-from orchard.common.tokens import TokenError, TokenSigner
+from orchard.common.tokens import TokenError, TokenSigner, TokenVerifier
 
 # Our modules load through the editable install's package-tree loader, which atheris's
 # import hook does not see (it instrumented nothing of ours): instrument their code directly.
-FUZZED_MODULES = (tarreader, paths, tokens, rest, init_protocol)
+FUZZED_MODULES = (tarreader, paths, tokens, rest, init_protocol, auth)
 
 
 def _instrument(module: types.ModuleType) -> None:
@@ -62,6 +67,8 @@ def _instrument(module: types.ModuleType) -> None:
 KEY = b"k" * 32
 SIGNER = TokenSigner.from_key(KEY)
 VALID, _ = SIGNER.issue("sb-fuzz", 3600, now=1_000_000.0, tenant="t", max_execs=3)
+NOTICE_NOW = 1_000_000.0
+VALID_NOTICE = SIGNER.sign_revocation("sb-fuzz", "t", NOTICE_NOW - 1)
 REQUEST_TYPES = [
     message_factory.GetMessageClass(method.input_type)
     for module in (sandbox_pb2, executor_pb2, pools_pb2, rewards_pb2)
@@ -143,6 +150,40 @@ def fuzz_token(data: bytes) -> None:
         return
     if token != VALID or claims.sandbox_id != sandbox:
         raise AssertionError(f"forged token accepted: {token!r} for {sandbox}")
+
+
+def fuzz_revocation(data: bytes) -> None:
+    fdp = atheris.FuzzedDataProvider(data)
+    how = fdp.ConsumeIntInRange(0, 2)
+    if how == 0:
+        notice = fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 1200))
+    else:  # the valid notice with bytes flipped, cut or added
+        raw = bytearray(VALID_NOTICE.encode())
+        for _ in range(fdp.ConsumeIntInRange(1, 4)):
+            raw[fdp.ConsumeIntInRange(0, len(raw) - 1)] = fdp.ConsumeIntInRange(32, 126)
+        if how == 2:
+            raw = raw[: fdp.ConsumeIntInRange(0, len(raw))] + fdp.ConsumeBytes(8)
+        notice = raw.decode("latin-1")
+    sandbox = ("sb-fuzz", "sb-other", fdp.ConsumeUnicodeNoSurrogates(12))[
+        fdp.ConsumeIntInRange(0, 2)
+    ]
+    verifier = TokenVerifier.for_sandbox("sb-fuzz", SIGNER.sandbox_keys_for("sb-fuzz"))
+    authorizer = auth.CallAuthorizer(verifier, clock=lambda: NOTICE_NOW)
+    try:
+        authorizer.revoke(sandbox, notice)
+    except ServiceError as err:
+        if (err.code.name, err.reason) not in (
+            ("UNAUTHENTICATED", "REVOCATION_INVALID"),
+            ("INVALID_ARGUMENT", "INVALID_FIELD"),
+        ):
+            raise AssertionError(
+                f"unexpected refusal {err.code} {err.reason}: {err.message}"
+            ) from err
+        if verifier.revocations.table():
+            raise AssertionError(f"a refused notice changed the revocations: {notice!r}") from err
+        return
+    if notice != VALID_NOTICE or sandbox != "sb-fuzz":
+        raise AssertionError(f"forged notice accepted: {notice!r} for {sandbox!r}")
 
 
 def fuzz_rest(data: bytes) -> None:
@@ -232,6 +273,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "tar": fuzz_tar,
     "paths": fuzz_paths,
     "token": fuzz_token,
+    "revocation": fuzz_revocation,
     "rest": fuzz_rest,
     "init": fuzz_init,
 }

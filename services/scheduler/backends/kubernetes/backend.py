@@ -40,6 +40,7 @@ from ..base import (
     CLAIMED_ELSEWHERE,
     CLOSE,
     POOL_STATE,
+    PUSHES_REVOCATIONS,
     REPORT_FAILURES,
     UPDATE_NETWORK,
     BackendError,
@@ -70,7 +71,7 @@ CLAIM_RETRIES = 4
 class KubernetesBackend:
     name = "kubernetes"
     capabilities: frozenset[Capability[Any]] = frozenset(
-        {POOL_STATE, UPDATE_NETWORK, REPORT_FAILURES, CLOSE}
+        {POOL_STATE, UPDATE_NETWORK, REPORT_FAILURES, CLOSE, PUSHES_REVOCATIONS}
     )
 
     def __init__(

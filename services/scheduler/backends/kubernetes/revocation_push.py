@@ -12,32 +12,24 @@ key (``TokenSigner.sign_revocation``). The pod's executor then refuses the
 tenant's older tokens from its next call on: within one check interval plus one
 call of the scheduler noticing the change.
 
-A push that fails (pod not listening yet, a network hiccup) is retried at the
-next check; a pod made after the revocation never needs one (its tokens are all
-issued later).
+A push that fails (pod not listening yet, a network hiccup) is logged and retried
+at the next check; a pod made after the revocation never needs one (its tokens are
+all issued later). The sending itself (signing, bounded concurrency, timeouts,
+what was acknowledged) is the scheduler's shared ``revocation_delivery``, which
+the local backend's sandboxes with their own executor use too.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
-import structlog
-
-from orchard._proto.orchard.v1 import executor_pb2, executor_pb2_grpc
 from orchard.common.tokens import Revocations, TokenSigner
 
+from ...revocation_delivery import NoticeDelivery, NoticeTarget, PassLoop
 from . import manifests as m
 from .pod_cache import PodCache
 from .pod_status import pod_state
-
-log = structlog.get_logger("orchard.scheduler.kubernetes.revocations")
-
-PUSH_TIMEOUT_SECONDS = 3.0
-MAX_CONCURRENT_PUSHES = 32
 
 
 class RevocationPusher:
@@ -52,34 +44,22 @@ class RevocationPusher:
         interval_seconds: float,
     ) -> None:
         self._revocations = Revocations(revocations_file)
-        self._signer = signer
         self._cache = cache
         self._port = executor_port
-        self._interval = interval_seconds
-        self._delivered: dict[tuple[str, str], float] = {}
-        """(sandbox id, tenant) -> the moment that pod's executor has acknowledged."""
-        self._task: asyncio.Task[None] | None = None
-        self.pushed = 0
+        self._delivery = NoticeDelivery(signer)
+        self._loop = PassLoop("revocation-push", self.push_once, interval_seconds)
+
+    @property
+    def pushed(self) -> int:
         """Notices acknowledged (visible to tests and metrics)."""
+        return self._delivery.pushed
 
     def start(self) -> None:
-        if self._task is None and self._revocations.path is not None:
-            self._task = asyncio.create_task(self._run(), name="revocation-push")
+        if self._revocations.path is not None:
+            self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.push_once()
-            except Exception as exc:  # never let one bad pass end the deliveries
-                log.warning("revocation push failed; retrying", error=str(exc))
-            await asyncio.sleep(self._interval)
+        await self._loop.stop()
 
     async def push_once(self) -> int:
         """Send every notice not yet acknowledged; returns how many were acknowledged."""
@@ -87,59 +67,24 @@ class RevocationPusher:
         cache = self._cache()
         if not table or cache is None:
             return 0
-        due: list[tuple[str, str, str, float, float]] = []
+        targets: list[NoticeTarget] = []
         alive: set[str] = set()
         for pod in cache.pods():
             state = pod_state(pod)
             alive.add(state.sandbox_id)
-            before = table.get(state.tenant) if state.tenant else None
-            if before is None or not state.ready or not state.pod_ip or state.deleting:
+            if not state.tenant or not state.ready or not state.pod_ip or state.deleting:
                 continue
-            created = _created_at(state.annotations)
-            if before <= created:
-                continue  # every token of this pod is issued after the moment
-            if self._delivered.get((state.sandbox_id, state.tenant), 0.0) >= before:
-                continue
-            due.append((state.sandbox_id, state.pod_ip, state.tenant, before, created))
-        for key in [k for k in self._delivered if k[0] not in alive]:
-            del self._delivered[key]
-        if not due:
-            return 0
-        gate = asyncio.Semaphore(MAX_CONCURRENT_PUSHES)
-
-        async def bounded(item: tuple[str, str, str, float, float]) -> bool:
-            async with gate:
-                return await self._push(*item)
-
-        results = await asyncio.gather(*(bounded(item) for item in due))
-        done = sum(results)
-        self.pushed += done
-        return done
-
-    async def _push(
-        self, sandbox_id: str, pod_ip: str, tenant: str, before: float, created: float
-    ) -> bool:
-        notice = self._signer.sign_revocation(sandbox_id, tenant, before, created=created)
-        host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
-        try:
-            async with grpc.aio.insecure_channel(f"{host}:{self._port}") as channel:
-                stub = executor_pb2_grpc.ExecutorServiceStub(channel)
-                await stub.Revoke(
-                    executor_pb2.RevokeRequest(sandbox_id=sandbox_id, notice=notice),
-                    timeout=PUSH_TIMEOUT_SECONDS,
+            host = f"[{state.pod_ip}]" if ":" in state.pod_ip else state.pod_ip
+            targets.append(
+                NoticeTarget(
+                    state.sandbox_id,
+                    state.tenant,
+                    f"{host}:{self._port}",
+                    _created_at(state.annotations),
                 )
-        except grpc.aio.AioRpcError as exc:
-            log.info(
-                "revocation not delivered yet",
-                sandbox_id=sandbox_id,
-                tenant=tenant,
-                code=exc.code().name,
-                details=exc.details(),
             )
-            return False
-        self._delivered[(sandbox_id, tenant)] = before
-        log.info("revocation delivered", sandbox_id=sandbox_id, tenant=tenant, before=before)
-        return True
+        self._delivery.forget(lambda sandbox_id, _tenant: sandbox_id in alive)
+        return (await self._delivery.deliver(table, targets)).delivered
 
 
 def _created_at(annotations: dict[str, str]) -> float:

@@ -154,12 +154,16 @@ class LocalBackend:
             oci_config.tenant_group(spec.tenant)
         except ValueError as err:
             raise BackendError.invalid(str(err)) from None
-        bundle = self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable class
-        if self.uid_ranges is not None and self.settings.userns_required and bundle is not None:
+        self._bundle_for(spec.runtime_class)  # refuses an unknown or unusable class
+        if (
+            self.uid_ranges is not None
+            and self.settings.userns_required
+            and spec.runtime_class == RUNTIME_RUNSC
+        ):
             raise BackendError.invalid(
                 "user namespaces are required on this node (ORCHARD_USERNS=1) and are "
-                "implemented for sandboxes served by the node executor (runtime class "
-                f"'runc'), not {spec.runtime_class or 'injected'!r}",
+                "implemented for sandboxes runc runs (runtime classes 'runc' and "
+                "'injected'), not 'runsc'",
                 reason="UNSUPPORTED",
             )
         if spec.runtime_class == RUNTIME_RUNSC and spec.network.networked:
@@ -435,8 +439,8 @@ class LocalBackend:
     def _start(
         self, sandbox: SandboxLayout, spec: SandboxSpec, image: StoredImage, init_binary: Path
     ) -> BackendSandbox:
-        if self.uid_ranges is None or self._bundle_for(spec.runtime_class) is not None:
-            # Off, or a runtime class without them (refused in create when required).
+        if self.uid_ranges is None or spec.runtime_class == RUNTIME_RUNSC:
+            # Off, or runsc (gVisor; refused in create when required).
             return self._start_in(sandbox, spec, image, init_binary, None)
         uid_range = self.uid_ranges.claim(sandbox.dir)
         # runc mounts the root from inside the namespace: the sandbox's root must reach
@@ -489,7 +493,7 @@ class LocalBackend:
         config["mounts"].append(self.network.resolv_conf_mount(sandbox.dir))
         config["mounts"].extend(self._tool_mounts(spec))
         if ns is not None:
-            userns.reroute(config, sandbox.dir, init_binary)
+            userns.reroute(config, sandbox.dir, init_binary, _bundle_of(inject))
         oci_config.write_config(sandbox.dir, config)
         env = image_env_defaults(image.env)
         env.update(spec.env)
@@ -500,18 +504,20 @@ class LocalBackend:
             cwd=image.cwd,
             root_uid=0 if ns is None else ns[1].host_base,
         )
+        owner = None if ns is None else ns[1].host_base
         if inject is not None:
-            inject.prepare(meta, self._sandbox_token_keys(meta.sandbox_id))
+            # In a user namespace the executor is the range's root: run/ is given to it.
+            inject.prepare(meta, self._sandbox_token_keys(meta.sandbox_id), owner=owner)
         if gvisor:
             # orchard-init binds its socket inside (runsc hands in no fd 3).
             init_pid = self.runsc.run_detached(
                 spec.sandbox_id, sandbox.dir, sandbox.dir / PID_FILE, sandbox.dir / LOG_FILE
             )
         elif ns is not None:
-            with userns.reachable_bundle(sandbox.dir, init_binary):
-                init_pid = self._run_runc(spec.sandbox_id, sandbox, inject)
+            with userns.reachable_bundle(sandbox.dir, init_binary, _bundle_of(inject)):
+                init_pid = self._run_runc(spec.sandbox_id, sandbox, inject, owner)
         else:
-            init_pid = self._run_runc(spec.sandbox_id, sandbox, inject)
+            init_pid = self._run_runc(spec.sandbox_id, sandbox, inject, None)
         if inject is not None:
             inject.wait_ready(
                 init_pid, sandbox.dir / LOG_FILE, self.settings.executor_start_timeout
@@ -527,11 +533,19 @@ class LocalBackend:
         )
 
     def _run_runc(
-        self, sandbox_id: str, sandbox: SandboxLayout, inject: InjectedRuntime | None
+        self,
+        sandbox_id: str,
+        sandbox: SandboxLayout,
+        inject: InjectedRuntime | None,
+        owner: int | None,
     ) -> int:
-        """``runc run`` with the init socket, bound here on the host, as the container's fd 3."""
+        """``runc run`` with the init socket, bound here on the host, as the container's fd 3.
+        ``owner``: the host uid of the sandbox's root in its user namespace; an injected
+        executor (that root) connects to the socket by its path in run/."""
         socket_path = sandbox.init_socket if inject is None else inject.init_socket
         with init_socket.listen_at(socket_path) as listener:
+            if inject is not None and owner is not None:
+                os.chown(socket_path, owner, owner)
             return self.runc.run_detached(
                 sandbox_id,
                 sandbox.dir,
@@ -684,10 +698,14 @@ def _log_userns(settings: LocalSettings) -> None:
         log.info("user namespaces: required for every sandbox (ORCHARD_USERNS=1)")
     else:
         log.info(
-            "user namespaces: on for runtime class 'runc'; sandboxes of runtime classes "
-            "'injected' and 'runsc' run without one (ORCHARD_USERNS=1 refuses them, "
+            "user namespaces: on for runtime classes 'runc' and 'injected'; sandboxes of "
+            "runtime class 'runsc' run without one (ORCHARD_USERNS=1 refuses them, "
             "ORCHARD_USERNS=0 turns namespaces off)"
         )
+
+
+def _bundle_of(inject: InjectedRuntime | None) -> Path | None:
+    return None if inject is None else inject.bundle
 
 
 def _log_writable_layer(layer: scratch.WritableLayer) -> None:

@@ -7,8 +7,9 @@ The same mechanism as a Kubernetes pod: the executor bundle (built by
 bundled orchard-init as pid 1. Nothing of the image is used or changed: the
 mount points live in the sandbox's overlay upper dir, never in a layer.
 
-The host side of the sandbox folder gets ``run/`` (0700), bind-mounted at
-``/.orchard/run``:
+The host side of the sandbox folder gets ``run/`` (0700; in a user namespace owned
+by the sandbox's root, the range's first host uid, as are the files below the
+backend writes and init.sock), bind-mounted at ``/.orchard/run``:
 
     run/init.sock       orchard-init's socket (bound on the host, handed in as fd 3)
     run/sandbox.json    the sandbox as the executor inside sees it (init pid 1, its
@@ -122,8 +123,10 @@ class InjectedRuntime:
             )
         return mounts
 
-    def prepare(self, meta: SandboxMeta, token_keys: bytes) -> None:
-        """Make run/ with what the executor inside reads at start."""
+    def prepare(self, meta: SandboxMeta, token_keys: bytes, owner: int | None = None) -> None:
+        """Make run/ with what the executor inside reads at start; ``owner``: the host uid
+        (and gid) of the sandbox's root in its user namespace, which then owns run/ and
+        its files (the executor runs as that root; host root stays outside the range)."""
         self.run_dir.mkdir(mode=0o700)
         inside = SandboxMeta(
             sandbox_id=meta.sandbox_id,
@@ -140,6 +143,9 @@ class InjectedRuntime:
         )
         with os.fdopen(fd, "wb") as out:
             out.write(token_keys)
+        if owner is not None:
+            for path in (self.run_dir, self.run_dir / META_FILE, self.run_dir / TOKEN_KEY_FILE):
+                os.chown(path, owner, owner)
 
     def update_env(self, env: dict[str, str]) -> None:
         """Merge ``env`` into what the executor inside starts commands with."""

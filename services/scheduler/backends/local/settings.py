@@ -83,12 +83,12 @@ class LocalSettings:
     """How that tmpfs is mounted: "auto", "detached" (6.13+) or "mounted" (the fallback
     for older kernels), see ``scratch.choose`` ($ORCHARD_SCRATCH_MOUNT)."""
     userns: bool = field(default_factory=uid_ranges.enabled_from_env)
-    """Run runc sandboxes in user namespaces, each on its own host uid range
+    """Run runc and injected sandboxes in user namespaces, each on its own host uid range
     (``userns.py``). On by default; $ORCHARD_USERNS=0 turns them off (sandbox root is
     then host root), see docs/architecture.md."""
     userns_required: bool = field(default_factory=uid_ranges.required_from_env)
-    """Every sandbox must run in a user namespace: runtime classes that cannot (injected,
-    runsc) are refused instead of running without one ($ORCHARD_USERNS=1)."""
+    """Every sandbox must run in a user namespace: the runtime class that cannot (runsc)
+    is refused instead of running without one ($ORCHARD_USERNS=1)."""
     userns_uid_base: int = field(default_factory=uid_ranges.uid_base_from_env)
     """The first host uid of the first sandbox range ($ORCHARD_USERNS_UID_BASE)."""
     userns_ranges: int = field(default_factory=uid_ranges.ranges_from_env)

@@ -5,13 +5,15 @@ kernel limit (inotify instances, user namespaces, ...) is shared by all sandboxe
 and by the host's root: one sandbox taking all 128 inotify instances left every
 other sandbox and host root with EMFILE.
 
-On by default for runc sandboxes (``ORCHARD_USERNS`` unset): sandboxes of the
-``injected`` and ``runsc`` runtime classes run without one (not implemented for them:
-their bundle mounts and runsc's own namespace handling were never mapped; gVisor's
-Sentry keeps the sandbox's per-uid counts in its own kernel), which the scheduler logs
-once at start and docs/architecture.md states. ``ORCHARD_USERNS=1`` requires a namespace for every
-sandbox (an injected or runsc create is then refused, INVALID_ARGUMENT
-UNSUPPORTED); ``ORCHARD_USERNS=0`` turns them off (sandbox root is host root again).
+On by default for sandboxes runc runs (``ORCHARD_USERNS`` unset): runtime classes
+``runc`` and ``injected`` (the injected executor runs as the sandbox's root, so its
+run folder and init's socket are given to the range's first uid, and the bundle is
+reached through the sandbox folder like the init binary). ``runsc`` sandboxes run
+without one (runsc's own namespace handling was never mapped; gVisor's Sentry keeps
+the sandbox's per-uid counts in its own kernel), which the scheduler logs once at
+start and docs/architecture.md states. ``ORCHARD_USERNS=1`` requires a namespace for
+every sandbox (a runsc create is then refused, INVALID_ARGUMENT UNSUPPORTED);
+``ORCHARD_USERNS=0`` turns them off (sandbox root is host root again).
 A node that cannot run them (no detached tmpfs writable layer) refuses to start and
 says to set ``ORCHARD_USERNS=0``.
 
@@ -72,8 +74,8 @@ def enabled_from_env() -> bool:
 
 
 def required_from_env() -> bool:
-    """``ORCHARD_USERNS=1``: every sandbox must run in one; runtime classes that cannot
-    (injected, runsc) are refused instead of running without."""
+    """``ORCHARD_USERNS=1``: every sandbox must run in one; the runtime class that cannot
+    (runsc) is refused instead of running without."""
     return _setting() == "1"
 
 
@@ -280,10 +282,14 @@ REACHABLE_ROOT = Path("/run/orchard-userns")
 """Where a sandbox's folder is bound while runc starts it (see :func:`reachable_bundle`)."""
 INIT_IN_BUNDLE = "orchard-init"
 """In the sandbox folder, while runc starts: the mount point of the init binary's bind."""
+EXECUTOR_BUNDLE_IN_FOLDER = "orchard-bundle"
+"""In the sandbox folder, while runc starts an injected sandbox: the executor bundle's bind."""
 
 
 @contextlib.contextmanager
-def reachable_bundle(sandbox_dir: Path, init_binary: Path) -> Iterator[Path]:
+def reachable_bundle(
+    sandbox_dir: Path, init_binary: Path, executor_bundle: Path | None = None
+) -> Iterator[Path]:
     """The sandbox's folder (with its rootfs mount) bound at ``/run/orchard-userns/<id>``
     for as long as runc starts the sandbox; yields that path.
 
@@ -293,7 +299,8 @@ def reachable_bundle(sandbox_dir: Path, init_binary: Path) -> Iterator[Path]:
     /root are 0700), and we do not chmod an operator's folders: the paths runc sees
     go through ``/run/orchard-userns`` (0711) instead. The sandbox folder itself is
     0710 with the range's gid (the caller set that). The init binary (in the home)
-    is bound onto a file in the folder first, so the same recursive clone carries it.
+    is bound onto a file in the folder first, so the same recursive clone carries it;
+    so is an injected sandbox's executor bundle (``executor_bundle``), onto a folder.
     After ``runc run`` the bind goes: the sandbox has pivoted into its root, and its
     mount namespace keeps its own copy of what it mounted.
     """
@@ -311,6 +318,15 @@ def reachable_bundle(sandbox_dir: Path, init_binary: Path) -> Iterator[Path]:
         finally:
             os.close(fd)
         mounted.append(init_target)
+        if executor_bundle is not None:
+            bundle_target = sandbox_dir / EXECUTOR_BUNDLE_IN_FOLDER
+            bundle_target.mkdir(mode=0o500, exist_ok=True)
+            fd = syscalls.open_tree(str(executor_bundle), recursive=True)
+            try:
+                syscalls.move_mount(fd, str(bundle_target))
+            finally:
+                os.close(fd)
+            mounted.append(bundle_target)
         alias.mkdir(mode=0o700, exist_ok=True)
         fd = syscalls.open_tree(str(sandbox_dir), recursive=True)
         try:
@@ -333,24 +349,34 @@ def drop_reachable(sandbox_dir: Path) -> None:
     the folder cannot be removed with a mount in it)."""
     alias = REACHABLE_ROOT / sandbox_dir.name
     init_target = sandbox_dir / INIT_IN_BUNDLE
-    for path in (alias, init_target):
+    bundle_target = sandbox_dir / EXECUTOR_BUNDLE_IN_FOLDER
+    for path in (alias, init_target, bundle_target):
         with contextlib.suppress(OSError):
             while syscalls.umount(str(path), lazy=True):
                 pass
-    with contextlib.suppress(OSError):
-        alias.rmdir()
+    for folder in (alias, bundle_target):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
     with contextlib.suppress(OSError):
         init_target.unlink()
 
 
-def reroute(config: dict[str, Any], sandbox_dir: Path, init_binary: Path) -> None:
+def reroute(
+    config: dict[str, Any],
+    sandbox_dir: Path,
+    init_binary: Path,
+    executor_bundle: Path | None = None,
+) -> None:
     """Point the OCI config's root and bind sources that lie in ``sandbox_dir`` (and the
-    init binary) at their place under :func:`reachable_bundle`'s alias."""
+    init binary, and the executor bundle) at their place under :func:`reachable_bundle`'s
+    alias."""
     alias = REACHABLE_ROOT / sandbox_dir.name
 
     def moved(path: str) -> str:
         if path == str(init_binary):
             return str(alias / INIT_IN_BUNDLE)
+        if executor_bundle is not None and path == str(executor_bundle):
+            return str(alias / EXECUTOR_BUNDLE_IN_FOLDER)
         inner = Path(path)
         if inner == sandbox_dir or sandbox_dir in inner.parents:
             return str(alias / inner.relative_to(sandbox_dir))
