@@ -140,7 +140,12 @@ def test_a_terminal_has_a_controlling_tty_a_size_and_resizes(client: Client) -> 
 
 
 def test_ctrl_c_on_a_terminal_interrupts_the_foreground_job(client: Client) -> None:
-    script = "trap 'echo trapped; exit 4' INT; echo ready; sleep 60; echo not-interrupted"
+    # "ready" comes from the foreground child itself (which then becomes the sleep), so the
+    # ^C cannot land between the shell's echo and its fork of sleep: there dash takes the
+    # signal and runs the trap only once sleep ends (seen under load: still running at 10 s).
+    script = (
+        "trap 'echo trapped; exit 4' INT; sh -c 'echo ready; exec sleep 60'; echo not-interrupted"
+    )
     info = _start(client, argv=["sh", "-c", script], pty=pb.PtySize(rows=24, cols=80))
     _read_until(_attach(client, info), b"ready")
     _input(client, info, stdin=b"\x03")  # the line discipline turns it into SIGINT

@@ -59,6 +59,17 @@ def processes_in_netns(link: str) -> list[int]:
     return pids
 
 
+def _in_another_sandbox(pid: int, sandbox_id: str) -> bool:
+    """Whether ``pid`` runs in another sandbox's cgroup: the kernel reuses a freed network
+    namespace's inode number, so a neighbour's sandbox made after this one was deleted (a
+    parallel test) can show the same ``net:[...]`` link."""
+    try:
+        groups = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+    return "orchard" in groups and sandbox_id not in groups
+
+
 def cgroup_dirs(sandbox_id: str) -> list[str]:
     return sandbox_cgroup_dirs(sandbox_id)
 
@@ -87,7 +98,11 @@ class Footprint:
         sandbox_dir = self.home / "sandboxes" / self.sandbox_id
         left += [f"mount {m}" for m in mounts_under(sandbox_dir)]
         left += [f"cgroup {c}" for c in cgroup_dirs(self.sandbox_id)]
-        left += [f"netns user pid {p}" for p in processes_in_netns(self.netns)]
+        left += [
+            f"netns user pid {p}"
+            for p in processes_in_netns(self.netns)
+            if not _in_another_sandbox(p, self.sandbox_id)
+        ]
         left += network_leftovers(self.sandbox_id)  # veth, nft chains/sets, address lease
         if sandbox_dir.exists():
             left.append(f"folder {sandbox_dir}")

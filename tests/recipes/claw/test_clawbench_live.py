@@ -116,7 +116,9 @@ def test_a_subset_of_every_category_matches_the_checked_in_triage(stack: Stack) 
     _check_against_the_triage(stack, ids)
 
 
-@pytest.mark.skipif(not FULL, reason="the full 222-task check: ORCHARD_CLAWBENCH_FULL=1")
+@pytest.mark.skipif(
+    not FULL, reason="optional: the full 222-task check (ORCHARD_CLAWBENCH_FULL=1, a few minutes)"
+)
 def test_every_task_matches_the_checked_in_triage(stack: Stack) -> None:
     _check_against_the_triage(stack, None)
 
