@@ -300,11 +300,12 @@ class LocalBackend:
         check_sandbox_id(sandbox_id)
         async with self._id_lock(sandbox_id):
             sandbox = self.layout.sandbox(sandbox_id)
-            await self._in_thread(lambda: _merge_env(sandbox, env))
+            meta = await self._in_thread(lambda: _merge_env(sandbox, env))
             if injected.run_dir(sandbox).is_dir():
-                # Injected: the executor inside reads its own copy (run/sandbox.json).
+                # Injected: the executor inside reads its own copy (run/sandbox.json),
+                # rebuilt from the host's (run/ is the sandbox's to write).
                 inject = InjectedRuntime(self.settings.executor_bundle or Path(), sandbox)
-                await self._in_thread(lambda: inject.update_env(env))
+                await self._in_thread(lambda: inject.update_env(meta))
 
     async def images(self) -> builtins.list[ImageInfo]:
         default = self.settings.default_image
@@ -719,7 +720,7 @@ def _log_writable_layer(layer: scratch.WritableLayer) -> None:
         log.info("sandbox writable layer", **fields)
 
 
-def _merge_env(sandbox: SandboxLayout, env: dict[str, str]) -> None:
+def _merge_env(sandbox: SandboxLayout, env: dict[str, str]) -> SandboxMeta:
     try:
         meta = SandboxMeta.from_json(sandbox.meta_file.read_text())
     except FileNotFoundError:
@@ -731,7 +732,9 @@ def _merge_env(sandbox: SandboxLayout, env: dict[str, str]) -> None:
     if meta.init_pid and not _alive(meta.init_pid):
         # A member whose container died while it waited must not be handed out.
         raise BackendError.failure(f"sandbox {sandbox.sandbox_id}: its init is not running")
-    replace(meta, env={**meta.env, **env}).write(sandbox.meta_file)
+    merged = replace(meta, env={**meta.env, **env})
+    merged.write(sandbox.meta_file)
+    return merged
 
 
 def _kill_cgroup_processes(sandbox_id: str) -> None:
