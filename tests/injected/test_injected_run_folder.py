@@ -11,8 +11,11 @@ And the run folder is the sandbox's now (its root owns it), so the host must not
 trust what is in it: a warm-pool claim's ``update_env`` rewrote ``run/sandbox.json``
 through a temp name the sandbox could have planted as a symlink to a host file
 (the host wrote JSON over that file), and read the old copy back first (a FIFO
-there hung a backend worker thread for good). Both attacks here. One gap is still
-open and pinned as a strict xfail: run/ is on the home's filesystem, uncapped.
+there hung a backend worker thread for good). Both attacks here. And run/ was a
+folder on the home's filesystem, uncapped: the sandbox's root wrote there past its
+writable layer's cap onto the host's disk. It is a small tmpfs now (``run_folder.py``):
+a fill ends in ENOSPC, what is written is charged to the sandbox's memory, and delete
+(after a failed create, after a crash) unmounts it.
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ from pathlib import Path
 
 import pytest
 from orchard.scheduler.backends.base import BackendError, SandboxSpec
-from orchard.scheduler.backends.local import injected
+from orchard.scheduler.backends.local import injected, run_folder
 from orchard.scheduler.backends.local.backend import LocalBackend
 
+from orchard.common.layout import SandboxMeta
 from tests.executor.conftest import SANDBOX_ID
 from tests.executor.harness import Client
-from tests.runtime.runtime_helpers import force_cleanup_home
+from tests.runtime.runtime_helpers import force_cleanup_home, mounts_under
 
 from .conftest import InjectedNode
 
@@ -185,20 +189,114 @@ def test_update_env_does_not_read_a_fifo_the_sandbox_planted(
     assert client.run(sandbox_id, shell="echo $OE_CLAIM").stdout == b"three\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (docs/reliability.md): run/ is a folder on the home's filesystem, bound "
-    "rw into the sandbox; no cap applies to what its root writes there",
-)
+def _fstype(path: Path) -> str | None:
+    """The filesystem type mounted at ``path`` in this mount namespace, None if none is."""
+    found = None
+    with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
+        for line in mountinfo:
+            mount, _, rest = line.partition(" - ")
+            if mount.split(" ")[4] == str(path):
+                found = rest.split(" ")[0]  # the last one mounted there is what is seen
+    return found
+
+
 def test_the_run_folder_is_not_an_uncapped_way_onto_the_hosts_disk(
     node: InjectedNode, own: tuple[str, Client]
 ) -> None:
     sandbox_id, client = own
+    run = injected.run_dir(node.backend.layout.sandbox(sandbox_id))
+    disk_before = os.statvfs(node.home).f_bfree
     r = client.run(
         sandbox_id,
         shell=f"dd if=/dev/zero of=/.orchard/run/fill bs=1M count={RUN_FILL_MIB} 2>&1; "
-        "rm -f /.orchard/run/fill",
+        "echo rc=$?; stat -c %s /.orchard/run/fill",
     )
     # The sandbox's own writable layer is capped (a tmpfs of sandbox_disk_bytes); the run
-    # folder holds a socket, a key and two small files and should hold no more.
-    assert r.status.exit_code != 0 and b"No space left" in r.stdout, r
+    # folder holds two sockets, a key and two small files and holds no more than its cap.
+    assert b"No space left" in r.stdout and b"rc=0" not in r.stdout, r
+    written = int(r.stdout.split()[-1])
+    assert 0 < written <= run_folder.SIZE_BYTES, written
+    # Nothing of it is on the host's disk: the host sees the same file on a tmpfs.
+    assert _fstype(run) == "tmpfs"
+    assert os.stat(run / "fill").st_size == written
+    assert disk_before - os.statvfs(node.home).f_bfree < (RUN_FILL_MIB << 20) // 4096 // 2
+    # Files are capped too, and the sandbox still serves (its socket is in the folder).
+    r = client.run(
+        sandbox_id,
+        shell="rm -f /.orchard/run/fill; i=0; while touch /.orchard/run/f$i 2>/dev/null; "
+        "do i=$((i+1)); done; echo $i; rm -f /.orchard/run/f*",
+    )
+    assert 0 < int(r.stdout) < run_folder.INODES, r
+    assert client.run(sandbox_id, shell="echo still").stdout == b"still\n"
+
+
+def test_what_the_sandbox_writes_in_its_run_folder_is_charged_to_its_memory(
+    node: InjectedNode, own: tuple[str, Client]
+) -> None:
+    sandbox_id, client = own
+    sandbox = node.backend.layout.sandbox(sandbox_id)
+    memory = Path(SandboxMeta.from_json(sandbox.meta_file.read_text()).memory_cgroup)
+    stat_file = memory / "memory.stat"
+
+    def shmem() -> int:
+        for line in stat_file.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key in ("shmem", "total_shmem"):
+                return int(value)
+        raise AssertionError(f"no shmem in {stat_file}")
+
+    before = shmem()
+    r = client.run(sandbox_id, shell="dd if=/dev/zero of=/.orchard/run/fill bs=1M count=2")
+    assert r.status.exit_code == 0, r
+    try:
+        assert shmem() - before >= 2 << 20, (before, shmem())
+    finally:
+        client.run(sandbox_id, shell="rm -f /.orchard/run/fill")
+
+
+@pytest.fixture
+def fresh_node(node: InjectedNode) -> Iterator[InjectedNode]:
+    """A second backend on the same images and bundle, in a home of its own."""
+    home = Path(tempfile.mkdtemp(prefix="oe-inj-run-", dir="/tmp"))
+    backend = LocalBackend(replace(node.backend.settings, home=home))
+    try:
+        yield InjectedNode(home, backend, node.loop, node.image)
+    finally:
+        node.loop.run_until_complete(backend.close())
+        force_cleanup_home(home)
+
+
+def test_a_create_that_fails_after_the_run_folder_leaves_no_mount(
+    fresh_node: InjectedNode,
+) -> None:
+    """The run folder is mounted before the keys go in; a create that fails later (here
+    the executor gets no time to serve) is undone by delete, which must unmount it, or
+    the sandbox folder cannot be removed."""
+    backend, loop = fresh_node.backend, fresh_node.loop
+    backend.settings = replace(backend.settings, executor_start_timeout=0.0)
+    spec = SandboxSpec(
+        sandbox_id="sb-inj-run-fail", image=fresh_node.image, runtime_class="injected"
+    )
+    with pytest.raises(BackendError):
+        loop.run_until_complete(backend.create(spec))
+    folder = fresh_node.home / "sandboxes" / spec.sandbox_id
+    assert not mounts_under(folder), mounts_under(folder)
+    assert not folder.exists()
+
+
+def test_delete_after_a_crash_removes_the_mounted_run_folder(fresh_node: InjectedNode) -> None:
+    """A scheduler killed right after mounting run/ left the mount and its keys; a new
+    backend on the home (what a restarted scheduler starts) deletes it, mount and all."""
+    backend, loop = fresh_node.backend, fresh_node.loop
+    sandbox = backend.layout.sandbox("sb-inj-run-crash")
+    sandbox.dir.mkdir(mode=0o700)
+    run_folder.mount(injected.run_dir(sandbox), None)
+    (injected.run_dir(sandbox) / injected.TOKEN_KEY_FILE).write_bytes(b"k" * 64)
+    restarted = LocalBackend(backend.settings)
+    try:
+        listed = {s.sandbox_id for s in loop.run_until_complete(restarted.list())}
+        assert sandbox.sandbox_id in listed
+        loop.run_until_complete(restarted.delete(sandbox.sandbox_id))
+    finally:
+        loop.run_until_complete(restarted.close())
+    assert not mounts_under(sandbox.dir) and not sandbox.dir.exists()

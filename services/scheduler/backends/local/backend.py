@@ -61,6 +61,7 @@ from . import (
     model_endpoint,
     oci_config,
     overlay,
+    run_folder,
     scratch,
     slots,
     userns,
@@ -630,6 +631,9 @@ class LocalBackend:
         if sandbox.dir.exists():
             overlay.unmount_overlay(sandbox.rootfs)
             scratch.unmount_scratch(sandbox.dir)  # after the overlay that sits on it
+            # An injected sandbox's capped run/ (mounted before anything is written there,
+            # so a create that failed or was killed after that step left it too).
+            run_folder.unmount(injected.run_dir(sandbox))
         leftover = cgroups.remove_sandbox_cgroups(sandbox_id, found=found)
         if leftover:
             _kill_cgroup_processes(sandbox_id)

@@ -9,7 +9,9 @@ mount points live in the sandbox's overlay upper dir, never in a layer.
 
 The host side of the sandbox folder gets ``run/`` (0700; in a user namespace owned
 by the sandbox's root, the range's first host uid, as are the files below the
-backend writes and init.sock), bind-mounted at ``/.orchard/run``:
+backend writes and init.sock), bind-mounted at ``/.orchard/run``. It is a tmpfs of
+its own, a few MiB and inodes (``run_folder.py``), so what the sandbox's root writes
+there is capped and never reaches the host's disk:
 
     run/init.sock       orchard-init's socket (bound on the host, handed in as fd 3)
     run/sandbox.json    the sandbox as the executor inside sees it (init pid 1, its
@@ -34,6 +36,7 @@ from typing import Any
 from orchard.common.layout import SandboxLayout, SandboxMeta
 
 from ..base import BackendError
+from . import run_folder
 
 BUNDLE_IN_CONTAINER = "/.orchard/bundle"
 RUN_IN_CONTAINER = "/.orchard/run"
@@ -127,8 +130,10 @@ class InjectedRuntime:
     def prepare(self, meta: SandboxMeta, token_keys: bytes, owner: int | None = None) -> None:
         """Make run/ with what the executor inside reads at start; ``owner``: the host uid
         (and gid) of the sandbox's root in its user namespace, which then owns run/ and
-        its files (the executor runs as that root; host root stays outside the range)."""
-        self.run_dir.mkdir(mode=0o700)
+        its files (the executor runs as that root; host root stays outside the range).
+        run/ is a capped tmpfs (``run_folder.py``: the sandbox's root writes there), mounted
+        here first; delete unmounts it."""
+        run_folder.mount(self.run_dir, owner)
         _inside(meta).write(self.run_dir / META_FILE)
         fd = os.open(
             self.run_dir / TOKEN_KEY_FILE,
