@@ -30,6 +30,9 @@ through the sandbox's own tree. So it is one more host mount per injected
 sandbox, the cost ``scratch.py`` measures for every later ``runc run`` (see
 docs/benchmarks.md, "The run folder's tmpfs").
 
+Every injected sandbox gets it (runc and runsc, with a user namespace or without:
+then host root owns it); runc sandboxes served by the node executor have no run folder.
+
 Teardown: delete unmounts it (:func:`unmount`) before removing the folder,
 whatever state the create was left in: a create that failed or was killed after
 the mount, and a scheduler restarted after kill -9 that deletes what it finds.
