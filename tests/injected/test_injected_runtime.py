@@ -153,6 +153,7 @@ def test_files_through_the_injected_executor(client: Client) -> None:
         )
         for i in range(0, len(data), 1 << 20):
             yield pb.WriteFileRequest(data=data[i : i + (1 << 20)])
+        yield pb.WriteFileRequest(end=pb.WriteFileEnd(size=len(data)))
 
     assert client.stub.WriteFile(writes(), metadata=md).size == len(data)
     r = client.run(SUITE_ID, shell="sha256sum /work/a/blob")
@@ -187,6 +188,7 @@ def test_files_through_the_injected_executor(client: Client) -> None:
                         header=pb.WriteFileHeader(sandbox_id=SUITE_ID, path="/.orchard/bundle/x")
                     ),
                     pb.WriteFileRequest(data=b"no"),
+                    pb.WriteFileRequest(end=pb.WriteFileEnd(size=2)),
                 ]
             ),
             metadata=md,

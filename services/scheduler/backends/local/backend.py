@@ -61,6 +61,7 @@ from . import (
     model_endpoint,
     oci_config,
     overlay,
+    run_folder,
     scratch,
     slots,
     userns,
@@ -300,11 +301,12 @@ class LocalBackend:
         check_sandbox_id(sandbox_id)
         async with self._id_lock(sandbox_id):
             sandbox = self.layout.sandbox(sandbox_id)
-            await self._in_thread(lambda: _merge_env(sandbox, env))
+            meta = await self._in_thread(lambda: _merge_env(sandbox, env))
             if injected.run_dir(sandbox).is_dir():
-                # Injected: the executor inside reads its own copy (run/sandbox.json).
+                # Injected: the executor inside reads its own copy (run/sandbox.json),
+                # rebuilt from the host's (run/ is the sandbox's to write).
                 inject = InjectedRuntime(self.settings.executor_bundle or Path(), sandbox)
-                await self._in_thread(lambda: inject.update_env(env))
+                await self._in_thread(lambda: inject.update_env(meta))
 
     async def images(self) -> builtins.list[ImageInfo]:
         default = self.settings.default_image
@@ -629,6 +631,9 @@ class LocalBackend:
         if sandbox.dir.exists():
             overlay.unmount_overlay(sandbox.rootfs)
             scratch.unmount_scratch(sandbox.dir)  # after the overlay that sits on it
+            # An injected sandbox's capped run/ (mounted before anything is written there,
+            # so a create that failed or was killed after that step left it too).
+            run_folder.unmount(injected.run_dir(sandbox))
         leftover = cgroups.remove_sandbox_cgroups(sandbox_id, found=found)
         if leftover:
             _kill_cgroup_processes(sandbox_id)
@@ -719,7 +724,7 @@ def _log_writable_layer(layer: scratch.WritableLayer) -> None:
         log.info("sandbox writable layer", **fields)
 
 
-def _merge_env(sandbox: SandboxLayout, env: dict[str, str]) -> None:
+def _merge_env(sandbox: SandboxLayout, env: dict[str, str]) -> SandboxMeta:
     try:
         meta = SandboxMeta.from_json(sandbox.meta_file.read_text())
     except FileNotFoundError:
@@ -731,7 +736,9 @@ def _merge_env(sandbox: SandboxLayout, env: dict[str, str]) -> None:
     if meta.init_pid and not _alive(meta.init_pid):
         # A member whose container died while it waited must not be handed out.
         raise BackendError.failure(f"sandbox {sandbox.sandbox_id}: its init is not running")
-    replace(meta, env={**meta.env, **env}).write(sandbox.meta_file)
+    merged = replace(meta, env={**meta.env, **env})
+    merged.write(sandbox.meta_file)
+    return merged
 
 
 def _kill_cgroup_processes(sandbox_id: str) -> None:

@@ -9,7 +9,9 @@ mount points live in the sandbox's overlay upper dir, never in a layer.
 
 The host side of the sandbox folder gets ``run/`` (0700; in a user namespace owned
 by the sandbox's root, the range's first host uid, as are the files below the
-backend writes and init.sock), bind-mounted at ``/.orchard/run``:
+backend writes and init.sock), bind-mounted at ``/.orchard/run``. It is a tmpfs of
+its own, a few MiB and inodes (``run_folder.py``), so what the sandbox's root writes
+there is capped and never reaches the host's disk:
 
     run/init.sock       orchard-init's socket (bound on the host, handed in as fd 3)
     run/sandbox.json    the sandbox as the executor inside sees it (init pid 1, its
@@ -24,15 +26,17 @@ backend writes and init.sock), bind-mounted at ``/.orchard/run``:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchard.common.layout import SandboxLayout, SandboxMeta
 
 from ..base import BackendError
+from . import run_folder
 
 BUNDLE_IN_CONTAINER = "/.orchard/bundle"
 RUN_IN_CONTAINER = "/.orchard/run"
@@ -126,16 +130,11 @@ class InjectedRuntime:
     def prepare(self, meta: SandboxMeta, token_keys: bytes, owner: int | None = None) -> None:
         """Make run/ with what the executor inside reads at start; ``owner``: the host uid
         (and gid) of the sandbox's root in its user namespace, which then owns run/ and
-        its files (the executor runs as that root; host root stays outside the range)."""
-        self.run_dir.mkdir(mode=0o700)
-        inside = SandboxMeta(
-            sandbox_id=meta.sandbox_id,
-            env=meta.env,
-            memory_cgroup=MEMORY_CGROUP_IN_CONTAINER,
-            init_pid=1,
-            cwd=meta.cwd,
-        )
-        inside.write(self.run_dir / META_FILE)
+        its files (the executor runs as that root; host root stays outside the range).
+        run/ is a capped tmpfs (``run_folder.py``: the sandbox's root writes there), mounted
+        here first; delete unmounts it."""
+        run_folder.mount(self.run_dir, owner)
+        _inside(meta).write(self.run_dir / META_FILE)
         fd = os.open(
             self.run_dir / TOKEN_KEY_FILE,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
@@ -147,11 +146,12 @@ class InjectedRuntime:
             for path in (self.run_dir, self.run_dir / META_FILE, self.run_dir / TOKEN_KEY_FILE):
                 os.chown(path, owner, owner)
 
-    def update_env(self, env: dict[str, str]) -> None:
-        """Merge ``env`` into what the executor inside starts commands with."""
-        path = self.run_dir / META_FILE
-        meta = SandboxMeta.from_json(path.read_text())
-        replace(meta, env={**meta.env, **env}).write(path)
+    def update_env(self, meta: SandboxMeta) -> None:
+        """Rewrite what the executor inside starts commands with from the host's own
+        sandbox.json ``meta`` (already merged), never from run/'s copy: run/ belongs to
+        the sandbox's root, who may have put a FIFO (a read blocks for good) or a
+        symlink to a host file there. The new file is owned like run/."""
+        _write_owned(self.run_dir / META_FILE, _inside(meta), os.stat(self.run_dir).st_uid)
 
     def wait_ready(self, init_pid: int, log_file: Path, timeout: float) -> None:
         """Return once the executor serves; a clear failure if it dies or takes too long."""
@@ -169,6 +169,32 @@ class InjectedRuntime:
                 )
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+
+def _inside(meta: SandboxMeta) -> SandboxMeta:
+    """The sandbox as its executor sees it: init is pid 1, its memory cgroup is inside."""
+    return SandboxMeta(
+        sandbox_id=meta.sandbox_id,
+        env=meta.env,
+        memory_cgroup=MEMORY_CGROUP_IN_CONTAINER,
+        init_pid=1,
+        cwd=meta.cwd,
+    )
+
+
+def _write_owned(path: Path, meta: SandboxMeta, owner: int) -> None:
+    """Write ``meta`` to ``path`` atomically (a new inode, 0600, owned by ``owner`` before
+    it takes the name), in a folder the sandbox's root can write: the temp name is made
+    O_EXCL | O_NOFOLLOW, so a symlink planted there is refused, never followed, and the
+    rename replaces whatever (FIFO, symlink) is at ``path`` without opening it."""
+    tmp = path.with_suffix(".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(tmp, flags, 0o600), "w", encoding="utf-8") as out:
+        os.fchown(out.fileno(), owner, owner)
+        out.write(meta.to_json())
+    os.replace(tmp, path)
 
 
 def _alive(pid: int) -> bool:
