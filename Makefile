@@ -189,8 +189,8 @@ SOAK_CONCURRENCY ?= 8
 test-reliability: setup ## the reliability suite alone (faults under 200 sandboxes, hostile clients and code)
 	ORCHARD_TEST_STRICT=1 $(PY) -m pytest -q -rA -m reliability tests/reliability
 
-fuzz: venv ## atheris on our parsers (tar reader, paths, tokens, revocation notices, REST JSON, init protocol); FUZZ_SECONDS / FUZZ_RUNS per target
-	mkdir -p build/fuzz && cd build/fuzz && for t in tar paths token revocation rest init; do \
+fuzz: venv ## atheris on our parsers (tar reader, paths, tokens, revocation and key-drop notices, REST JSON, init protocol); FUZZ_SECONDS / FUZZ_RUNS per target
+	mkdir -p build/fuzz && cd build/fuzz && for t in tar paths token revocation key-drop rest init; do \
 		PYTHONPATH=$(CURDIR) $(CURDIR)/$(PY) -m tests.reliability.fuzz.targets $$t \
 			-runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 

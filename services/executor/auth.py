@@ -8,8 +8,9 @@ the tenant is bound to the call's log lines.
 
 A verified token is remembered (per token string and sandbox id, until it
 expires), so the HMAC is computed once per token rather than once per call;
-only tokens that passed verification are remembered, and the expiry and the
-tenant's revocations are still checked on every call.
+only tokens that passed verification are remembered, and the expiry, the
+tenant's revocations and the signing key (not dropped since) are still checked on
+every call.
 """
 
 from __future__ import annotations
@@ -94,12 +95,28 @@ class CallAuthorizer:
             raise _notice_invalid(str(exc)) from None
         return tenant, before
 
+    def drop_key(self, sandbox_id: str, notice: str) -> tuple[str, bool]:
+        """Apply a key-drop notice for ``sandbox_id`` (signed with its own key of a live key
+        id): tokens signed with the dropped key are refused from the next call on,
+        remembered ones included. Returns (dropped key id, whether it was held)."""
+        check_sandbox_id(sandbox_id)
+        if len(notice) > MAX_TOKEN_CHARS:
+            raise _notice_invalid("notice is too long")
+        try:
+            kid = self._signer.verify_key_drop(notice, sandbox_id)
+        except TokenError as exc:
+            raise _notice_invalid(str(exc)) from None
+        return kid, self._signer.drop_key(kid)
+
     def _verified_claims(self, token: str, sandbox_id: str) -> TokenClaims:
         key = (token, sandbox_id)
         claims = self._verified.get(key)
         if claims is not None:
             if claims.expiry < self._clock():
                 del self._verified[key]
+            elif not self._signer.knows_key(claims.kid, sandbox_id):
+                del self._verified[key]
+                raise _token_invalid("token signed with an unknown key (it was dropped)")
             elif self._signer.revocations.is_revoked(claims):
                 del self._verified[key]
                 raise _token_invalid(

@@ -23,6 +23,7 @@ from orchard.common.observability import ServerObservability
 from orchard.common.service_runner import ServiceRunner, wait_for_stop_signal
 from orchard.common.tls import server_credentials
 from orchard.common.tokens import (
+    KEY_DROP_VERSION,
     Revocations,
     TokenError,
     TokenVerifier,
@@ -187,6 +188,10 @@ class ExecutorServicer(ProcessRpcs, pb_grpc.ExecutorServiceServicer):
         return pb.KillAllResponse(killed=killed)
 
     async def Revoke(self, request: pb.RevokeRequest, context: Context) -> pb.RevokeResponse:
+        if request.notice.startswith(KEY_DROP_VERSION + "."):
+            kid, held = self._authorizer.drop_key(request.sandbox_id, request.notice)
+            log.info("token key dropped", sandbox_id=request.sandbox_id, kid=kid, held=held)
+            return pb.RevokeResponse()
         tenant, before = self._authorizer.revoke(request.sandbox_id, request.notice)
         log.info("tokens revoked", sandbox_id=request.sandbox_id, tenant=tenant, before=before)
         return pb.RevokeResponse()

@@ -8,7 +8,9 @@ or runsc sandbox's) checks tokens with the sandbox's own keys and has no
 that know such sandboxes use this one delivery: the Kubernetes backend
 (``backends/kubernetes/revocation_push.py``, its targets from the pod cache)
 and the scheduler for the local backend (``revocations.py``, its targets from
-the store).
+the store), and the scheduler's key-drop notices (``key_drops.py``: the same
+delivery with another notice, ``TokenSigner.sign_key_drop``, whose subject is a
+dropped key id instead of a tenant).
 
 What a delivery guarantees:
 
@@ -50,6 +52,8 @@ class NoticeTarget:
 
     sandbox_id: str
     tenant: str
+    """What the notice is about: the tenant (a revocation) or the dropped key id (a key
+    drop); it keys the table of moments handed to :meth:`NoticeDelivery.deliver`."""
     address: str
     """A gRPC target: ``host:port`` (a pod) or ``unix:<path>`` (a local sandbox's socket)."""
     created: float
@@ -78,8 +82,13 @@ class NoticeDelivery:
         timeout_seconds: float = PUSH_TIMEOUT_SECONDS,
         concurrency: int = MAX_CONCURRENT_PUSHES,
         clock: Callable[[], float] = time.monotonic,
+        sign: Callable[[NoticeTarget, float], str] | None = None,
+        what: str = "revocation",
     ) -> None:
         self._signer = signer
+        self._sign = sign or self._sign_revocation
+        """(target, moment) -> the notice; TokenError/KeyError if it cannot be signed now."""
+        self._what = what
         self._give_up = give_up_seconds
         self._timeout = timeout_seconds
         self._concurrency = concurrency
@@ -140,13 +149,16 @@ class NoticeDelivery:
         self.pushed += result.delivered
         return result
 
+    def _sign_revocation(self, target: NoticeTarget, before: float) -> str:
+        return self._signer.sign_revocation(
+            target.sandbox_id, target.tenant, before, created=target.created
+        )
+
     async def _push(self, target: NoticeTarget, before: float) -> bool:
         try:
-            notice = self._signer.sign_revocation(
-                target.sandbox_id, target.tenant, before, created=target.created
-            )
+            notice = self._sign(target, before)
         except (TokenError, KeyError) as exc:  # a keyring that cannot be read right now
-            log.warning("revocation notice not signed", sandbox_id=target.sandbox_id,
+            log.warning(f"{self._what} notice not signed", sandbox_id=target.sandbox_id,
                         error=str(exc))  # fmt: skip
             return False
         try:
@@ -158,15 +170,15 @@ class NoticeDelivery:
                 )
         except grpc.aio.AioRpcError as exc:
             log.warning(
-                "revocation not delivered yet; retrying",
+                f"{self._what} not delivered yet; retrying",
                 sandbox_id=target.sandbox_id,
-                tenant=target.tenant,
+                about=target.tenant,
                 code=exc.code().name,
                 details=exc.details(),
             )
             return False
         self._delivered[(target.sandbox_id, target.tenant)] = before
-        log.info("revocation delivered", sandbox_id=target.sandbox_id, tenant=target.tenant,
+        log.info(f"{self._what} delivered", sandbox_id=target.sandbox_id, about=target.tenant,
                  before=before)  # fmt: skip
         return True
 

@@ -31,6 +31,7 @@ from .backends.base import CLOSE, PUSHES_REVOCATIONS, Backend, supports
 from .backends.registry import load_backend
 from .callers import SCHEDULER_CALLERS
 from .disk_full import disk_full_status
+from .key_drops import SandboxKeyDrops
 from .lifecycle import SandboxLifecycle
 from .pool_filler import PoolFiller
 from .pool_service import PoolServicer
@@ -60,6 +61,8 @@ class RunningScheduler:
     health_port: HealthPort | None = None
     revocations: SandboxRevocations | None = None
     """Notices to sandboxes with their own executor (None: the backend sends its own)."""
+    key_drops: SandboxKeyDrops | None = None
+    """Key-drop notices to the same sandboxes (None: the backend sends its own)."""
 
     async def stop(self, settings: SchedulerSettings) -> None:
         await self.runner.stop(settings.shutdown_grace_seconds)
@@ -68,6 +71,8 @@ class RunningScheduler:
         self.unregister_metrics()
         if self.revocations is not None:
             await self.revocations.stop()
+        if self.key_drops is not None:
+            await self.key_drops.stop()
         await self.pools.stop()
         await self.reaper.stop()
         if settings.delete_all_on_shutdown:
@@ -123,10 +128,11 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
     reaper = TtlReaper(lifecycle, settings.reap_interval_seconds)
     reaper.start()
     pools.start()
-    revocations = None
+    revocations = key_drops = None
     if PUSHES_REVOCATIONS not in backend.capabilities:
-        revocations = _sandbox_revocations(settings, layout, signer, store, lifecycle)
+        revocations, key_drops = _sandbox_notices(settings, layout, signer, store, lifecycle)
         revocations.start()
+        key_drops.start()
     log.info(
         "scheduler serving",
         address=address,
@@ -157,25 +163,27 @@ async def start(settings: SchedulerSettings, backend: Backend | None = None) -> 
         owns_backend,
         health_port,
         revocations,
+        key_drops,
     )
 
 
-def _sandbox_revocations(
+def _sandbox_notices(
     settings: SchedulerSettings,
     layout: NodeLayout,
     signer: TokenSigner,
     store: SandboxStore,
     lifecycle: SandboxLifecycle,
-) -> SandboxRevocations:
-    """The scheduler's own notices, for a backend that does not send them (local): a
-    sandbox that cannot be told is removed like an expired one."""
+) -> tuple[SandboxRevocations, SandboxKeyDrops]:
+    """The scheduler's own notices (revocations, dropped token keys), for a backend that
+    does not send them (local): a sandbox that cannot be told is removed like an expired
+    one."""
 
     async def remove(sandbox_id: str, why: str) -> None:
         rec = store.get(sandbox_id)
         if rec is not None:
             await lifecycle.remove(rec, why, wait=False)
 
-    return SandboxRevocations(
+    revocations = SandboxRevocations(
         layout.revocations,
         signer,
         store,
@@ -183,6 +191,14 @@ def _sandbox_revocations(
         interval_seconds=settings.revocation_check_seconds,
         give_up_seconds=settings.revocation_give_up_seconds,
     )
+    key_drops = SandboxKeyDrops(
+        signer,
+        store,
+        remove,
+        interval_seconds=settings.revocation_check_seconds,
+        give_up_seconds=settings.revocation_give_up_seconds,
+    )
+    return revocations, key_drops
 
 
 async def serve(settings: SchedulerSettings, on_ready: Callable[[str], None] = print) -> None:

@@ -1,6 +1,8 @@
 """The scheduler's revocation notices to real injected executors (``scheduler/revocations.py``),
 for the cases the live stack test cannot stage: a scheduler (re)started after the
-revocation, a create in flight at the moment, and hostile notices.
+revocation, a create in flight at the moment, and hostile notices. The same for
+key-drop notices (``scheduler/key_drops.py``): a scheduler started after the drop,
+a sandbox left holding no live key, hostile notices.
 
 A real runc sandbox runs its own executor from the bundle (the ``node`` fixture),
 the scheduler side is a real store with the sandbox's record and a fresh
@@ -10,18 +12,21 @@ no moment yet).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from orchard.scheduler.key_drops import SandboxKeyDrops
 from orchard.scheduler.revocations import SandboxRevocations
 from orchard.scheduler.store import SandboxRecord, SandboxStore, State
 
 from orchard._proto.orchard.v1 import executor_pb2 as pb
-from orchard.common.tokens import Revocations, TokenSigner
+from orchard.common.tokens import KeyringFile, Revocations, TokenSigner
 from tests.executor.harness import Client, error_reason
+from tests.executor.test_key_drop_notices import hostile_drops
 
 from .conftest import InjectedNode
 
@@ -31,6 +36,9 @@ RESTART_ID = "sb-rev-restart"
 INFLIGHT_ID = "sb-rev-inflight"
 HOSTILE_ID = "sb-rev-hostile"
 NEIGHBOUR_ID = "sb-rev-neighbour"
+DROP_ID = "sb-drop-restart"
+DROP_LONELY_ID = "sb-drop-lonely"
+DROP_HOSTILE_ID = "sb-drop-hostile"
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +194,97 @@ def test_hostile_notices_are_refused_and_change_nothing(node: InjectedNode) -> N
         client.close()
         node.delete(HOSTILE_ID)
         node.delete(NEIGHBOUR_ID)
+
+
+def key_drops(node: InjectedNode, store: SandboxStore, removed: list[str]) -> SandboxKeyDrops:
+    async def remove(sandbox_id: str, why: str) -> None:
+        assert "token key" in why
+        removed.append(sandbox_id)
+
+    return SandboxKeyDrops(
+        TokenSigner(node.backend.layout.keyring_file()),
+        store,
+        remove,
+        interval_seconds=0.5,
+        give_up_seconds=30.0,
+    )
+
+
+def rotate(node: InjectedNode, *drop: str) -> str:
+    kid = KeyringFile(node.backend.layout.token_keyring).rotate(drop=drop)
+    time.sleep(0.01)
+    return kid
+
+
+def test_a_scheduler_started_after_a_key_drop_tells_the_sandbox(
+    node: InjectedNode, store: SandboxStore
+) -> None:
+    """The sandbox holds two keys; its token's key is dropped while no scheduler watched. A
+    scheduler started then tells it on its first pass (signed with the other key): the old
+    token is refused, a fresh one works. Another sandbox holding only dropped keys (made
+    before every live key) cannot be told and is removed."""
+    rotate(node)
+    rec = record(DROP_ID, "dave", State.READY, "")
+    address = node.create(DROP_ID)
+    store.insert(rec)
+    store.set_executor_address(DROP_ID, address)
+    lonely = record(DROP_LONELY_ID, "dave", State.READY, "unix:/nonexistent/executor.sock")
+    store.insert(dataclasses.replace(lonely, created_at=1.0))  # before every key of the ring
+    client = Client(address, node.home)
+    signer = TokenSigner(node.backend.layout.keyring_file())
+    token, _ = signer.issue(DROP_ID, 600, tenant="dave", created=rec.created_at)
+    try:
+        assert run(client, DROP_ID, token) == grpc.StatusCode.OK
+        rotate(node, token.split(".")[1])
+        assert run(client, DROP_ID, token) == grpc.StatusCode.OK  # nobody told it yet
+        removed: list[str] = []
+        fresh = key_drops(node, store, removed)
+        first = node.loop.run_until_complete(fresh.push_once())
+        assert (first.delivered, first.failed, removed) == (1, [], [DROP_LONELY_ID])
+        assert run(client, DROP_ID, token) == grpc.StatusCode.UNAUTHENTICATED
+        assert node.loop.run_until_complete(fresh.push_once()).delivered == 0
+        again, _ = TokenSigner(node.backend.layout.keyring_file()).issue(
+            DROP_ID, 600, tenant="dave", created=rec.created_at
+        )
+        assert again.split(".")[1] != token.split(".")[1]
+        assert run(client, DROP_ID, again) == grpc.StatusCode.OK
+    finally:
+        client.close()
+        node.delete(DROP_ID)
+
+
+def test_hostile_key_drop_notices_are_refused_and_remove_nothing(node: InjectedNode) -> None:
+    """Forged, oversized, another sandbox's, signed with the key it drops or with a key
+    dropped already: each UNAUTHENTICATED REVOCATION_INVALID, and the token of the live key
+    keeps working; the real notice is taken."""
+    rotate(node)
+    created = time.time()
+    address = node.create(DROP_HOSTILE_ID)
+    signer = TokenSigner(node.backend.layout.keyring_file())
+    held = signer.sandbox_keys_for(DROP_HOSTILE_ID)
+    newer = signer.ring.ring().current
+    token, _ = signer.issue(DROP_HOSTILE_ID, 600, tenant="erin", created=created)
+    older = signer.ring.ring().live_kid_held(created, besides=newer)
+    assert older is not None and token.split(".")[1] == newer
+    client = Client(address, node.home)
+
+    def revoke(notice: str) -> None:
+        client.stub.Revoke(pb.RevokeRequest(sandbox_id=DROP_HOSTILE_ID, notice=notice), timeout=20)
+
+    try:
+        rotate(node, newer)
+        signer.ring.ring(force=True)
+        revoke(signer.sign_key_drop(DROP_HOSTILE_ID, newer, created=created))
+        assert run(client, DROP_HOSTILE_ID, token) == grpc.StatusCode.UNAUTHENTICATED
+        live, _ = signer.issue(DROP_HOSTILE_ID, 600, tenant="erin", created=created)
+        assert live.split(".")[1] == older
+        hostile = hostile_drops(signer, held, older, newer, created, DROP_HOSTILE_ID, NEIGHBOUR_ID)
+        for what, notice in hostile.items():
+            with pytest.raises(grpc.RpcError) as err:
+                revoke(notice)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, what
+            assert error_reason(err.value) == "REVOCATION_INVALID", what
+            assert run(client, DROP_HOSTILE_ID, live) == grpc.StatusCode.OK, what
+    finally:
+        client.close()
+        node.delete(DROP_HOSTILE_ID)

@@ -40,6 +40,7 @@ from orchard.common.layout import NodeLayout
 from orchard.common.service_runner import ServiceRunner
 from orchard.common.tokens import (
     Keyring,
+    KeyringFile,
     TokenError,
     TokenSigner,
     TokenVerifier,
@@ -337,6 +338,31 @@ def test_a_pod_that_starts_listening_late_still_gets_the_revocation(
     time.sleep(1.0)  # the scheduler's pushes fail: nothing listens at the pod IP yet
     address = pods.start(victim.id)
     until_refused(address, victim.id, victim.executor.token)
+
+
+def test_a_dropped_keys_tokens_stop_working_in_its_pods(
+    plane: ControlPlane, fake_api: FakeApiServer, pods: PodExecutors, tmp_path: Path
+) -> None:
+    """``orchard token-key rotate --drop`` on the scheduler's keyring: a pod holding the
+    dropped key (its Secret got every key at creation) is sent a key-drop notice signed
+    with another key it holds, and refuses the dropped key's token; before, it took it until
+    it expired. A fresh token (a live key) works."""
+    TenantRegistry(tmp_path).create("alice")
+    ring = KeyringFile(NodeLayout(tmp_path).token_keyring)
+    newer = ring.rotate()
+    time.sleep(1.2)  # the scheduler re-reads the keyring at most once a second
+    victim = create(plane, "alice")
+    assert victim.executor.token.split(".")[1] == newer
+    address = pods.start(victim.id)
+    assert stat(address, victim.id, victim.executor.token) == grpc.StatusCode.OK
+    ring.rotate(drop=(newer,))
+    until_refused(address, victim.id, victim.executor.token)
+    time.sleep(1.2)  # the scheduler's issuing signer sees the drop within a second too
+    fresh = plane.stub.GetExecutorAccess(
+        sandbox_pb2.GetSandboxRequest(id=victim.id), metadata=plane.auth("alice")
+    )
+    assert fresh.token.split(".")[1] != newer
+    assert stat(address, victim.id, fresh.token) == grpc.StatusCode.OK
 
 
 def test_a_revocation_notice_works_only_for_its_own_sandbox(

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from orchard import Orchard, Sandbox
 from orchard._proto.orchard.v1 import executor_pb2, pools_pb2, rewards_pb2, sandbox_pb2
 from orchard.common.layout import NodeLayout
-from orchard.common.tokens import TokenSigner
+from orchard.common.tokens import TokenSigner, _mac
 from tests.stack import REQUIRES_STACK, Stack, running_stack
 
 from .fuzz.bench_tiny_chunks import start_attacker
@@ -323,8 +323,10 @@ def test_executor_rpcs_with_random_fields(world: World) -> None:
 
 def _hostile_notices(world: World) -> st.SearchStrategy[tuple[str, str]]:
     """(sandbox id, notice) pairs no one holding only a tenant's key or token can turn into
-    a revocation: random text, oversized, the victim's notice signed with another key or
-    mutated, the foreign sandbox's real notice sent under the victim's id, one dated ahead."""
+    a revocation or a key drop: random text, oversized, the victim's notice signed with
+    another key or mutated, the foreign sandbox's real notice sent under the victim's id,
+    one dated ahead; key-drop notices (``d1``) the same ways, and one signed with the very
+    key it drops."""
     ring = TokenSigner(NodeLayout(world.stack.home).keyring_file())
     stranger = TokenSigner.from_key(secrets.token_bytes(32))
     victim, foreign = world.victim.id, world.foreign.id
@@ -332,6 +334,11 @@ def _hostile_notices(world: World) -> st.SearchStrategy[tuple[str, str]]:
     forged = stranger.sign_revocation(victim, "dev", now)
     ahead = ring.sign_revocation(victim, "dev", now + 3600)
     foreign_real = ring.sign_revocation(foreign, "mallory", now)
+    kid = ring.ring.ring().current
+    drop_forged = stranger.sign_key_drop(victim, kid, created=now)
+    foreign_drop = ring.sign_key_drop(foreign, "k1", created=now)
+    self_signed = f"d1.{kid}.{victim}.{kid}"
+    self_signed += "." + _mac(ring.sandbox_keys_for(victim)[kid], self_signed)
 
     def mutated(notice: str, at: int, char: str) -> str:
         at %= len(notice)
@@ -345,9 +352,15 @@ def _hostile_notices(world: World) -> st.SearchStrategy[tuple[str, str]]:
         st.just(foreign_real),
         st.builds(mutated, st.just(foreign_real), st.integers(0, 10_000), st.characters()),
         st.just(world.victim_token),
+        st.builds(lambda n: "d1." + "A" * n, st.integers(1000, 200_000)),
+        st.just(drop_forged),
+        st.just(foreign_drop),
+        st.just(self_signed),
+        st.builds(mutated, st.just(foreign_drop), st.integers(0, 10_000), st.characters()),
     )
+    real = {(foreign, foreign_real), (foreign, foreign_drop)}  # only we could sign those
     return st.tuples(st.sampled_from([victim, victim, foreign, "sb-nope"]), notices).filter(
-        lambda pair: pair != (foreign, foreign_real)  # that one is real: only we could sign it
+        lambda pair: pair not in real
     )
 
 

@@ -4,8 +4,14 @@
     orchard token-key rotate [--drop KID]  a new current key; --drop retires old ones
 
 Tokens name the key that signed them, so a rotation keeps every token already
-issued valid; a dropped key's tokens stop working at once. Each sandbox's tokens
-are signed with a key derived for that sandbox (``orchard.common.tokens``).
+issued valid. A dropped key's tokens stop working within about a second
+everywhere: the node executor and the gateway re-read the keyring, and the
+scheduler, seeing the drop recorded in it, tells each sandbox that runs its own
+executor (injected, runsc, a Kubernetes pod) with a key-drop notice signed with a
+live key it holds. A local sandbox that holds no live key (made when the ring
+held only keys now dropped) cannot be told and is deleted; such a Kubernetes pod
+is only logged (``docs/kubernetes.md``). Each sandbox's tokens are signed with a
+key derived for that sandbox (``orchard.common.tokens``).
 """
 
 from __future__ import annotations
@@ -39,7 +45,12 @@ def register(commands: Any) -> None:
     ls.set_defaults(run=cmd_ls)
     rotate = sub.add_parser("rotate", help="make a new current key (old tokens stay valid)")
     rotate.add_argument(
-        "--drop", action="append", default=[], metavar="KID", help="retire this key id too"
+        "--drop",
+        action="append",
+        default=[],
+        metavar="KID",
+        help="retire this key id too: its tokens stop working (local sandboxes holding "
+        "no other live key are deleted)",
     )
     rotate.set_defaults(run=cmd_rotate)
 

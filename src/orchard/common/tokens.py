@@ -28,6 +28,15 @@ Why each part:
   token with the sandbox's own key, so only the holder of that key can make one:
   the scheduler, or the sandbox voiding its own tokens) to each of the tenant's
   sandboxes (:meth:`TokenSigner.sign_revocation`, :meth:`TokenVerifier.verify_revocation`).
+- **Dropping a key** (``orchard token-key rotate --drop KID``) removes it from the
+  keyring and records when (``dropped`` in the file): the node executor and the
+  gateway refuse its tokens at their next keyring check (about a second). An
+  executor that got its keys at creation is told instead: the scheduler pushes a
+  **key-drop notice** (``d1.<kid>.<sandbox_id>.<dropped kid>.<signature>``, signed
+  with the sandbox's own key of a key id that is still live, never with the
+  dropped one), and that executor forgets the dropped key
+  (:meth:`TokenSigner.sign_key_drop`, :meth:`TokenVerifier.verify_key_drop`).
+  Notices only ever remove keys.
 - **Tenant and exec quota in the token**: the executor is the only place that
   sees execs and must enforce the tenant's concurrent-exec quota without a call
   back to the control plane; the signature makes both claims unforgeable.
@@ -48,6 +57,9 @@ from pathlib import Path
 
 _VERSION = "v3"
 _REVOCATION_VERSION = "r1"
+KEY_DROP_VERSION = "d1"
+"""The prefix of a key-drop notice (the same ``ExecutorService.Revoke`` carries both)."""
+MAX_KID_CHARS = 32
 MAX_NOTICE_SKEW_SECONDS = 300
 """A revocation notice may not be dated further ahead than this (a clock skew bound)."""
 KEY_BYTES = 32
@@ -109,9 +121,17 @@ class Keyring:
 
     keys: Mapping[str, bytes]
     current: str
+    dropped: Mapping[str, float] = field(default_factory=dict)
+    """Key id -> when it was dropped (unix seconds): what executors that got their keys at
+    creation must be told (``scheduler/key_drops.py``), also after a scheduler restart."""
 
     def to_json(self) -> bytes:
-        body = {"current": self.current, "keys": {k: v.hex() for k, v in self.keys.items()}}
+        body: dict[str, object] = {
+            "current": self.current,
+            "keys": {k: v.hex() for k, v in self.keys.items()},
+        }
+        if self.dropped:
+            body["dropped"] = dict(self.dropped)
         return (json.dumps(body, indent=1, sort_keys=True) + "\n").encode()
 
     def ring(self, force: bool = False) -> Keyring:
@@ -129,6 +149,13 @@ class Keyring:
             return min(self.keys, key=_kid_time)
         return max(made_before, key=_kid_time)
 
+    def live_kid_held(self, created: float, besides: str = "") -> str | None:
+        """A live key id (not ``besides``) a sandbox created at ``created`` holds (it got
+        every key of the ring at its creation): the newest made before it; None if every
+        such key is dropped."""
+        made_before = [k for k in self.keys if _kid_time(k) <= created and k != besides]
+        return max(made_before, key=_kid_time) if made_before else None
+
     @classmethod
     def single(cls, key: bytes, kid: str = LEGACY_KID) -> Keyring:
         if len(key) < KEY_BYTES:
@@ -141,11 +168,12 @@ class Keyring:
             body = json.loads(data)
             keys = {str(k): bytes.fromhex(v) for k, v in dict(body["keys"]).items()}
             current = str(body["current"])
+            dropped = {str(k): float(v) for k, v in dict(body.get("dropped", {})).items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TokenError(f"token keyring {where} is not valid: {exc}") from None
         if current not in keys or any(len(k) < KEY_BYTES for k in keys.values()):
             raise TokenError(f"token keyring {where}: no current key, or a key under 32 bytes")
-        return cls(keys, current)
+        return cls(keys, current, {k: v for k, v in dropped.items() if k not in keys})
 
 
 class KeyringFile:
@@ -208,7 +236,8 @@ class KeyringFile:
 
     def rotate(self, drop: tuple[str, ...] = ()) -> str:
         """Add a new current key (tokens of the old ones stay valid) and drop the key ids in
-        ``drop`` (their tokens stop working). Returns the new key id."""
+        ``drop`` (their tokens stop working; the moment is kept under ``dropped`` so the
+        scheduler can tell the executors holding them). Returns the new key id."""
         ring = self.ring(force=True)
         unknown = [kid for kid in drop if kid not in ring.keys]
         if unknown:
@@ -216,7 +245,9 @@ class KeyringFile:
         kid = f"k{time.time_ns()}"
         keys = {k: v for k, v in ring.keys.items() if k not in drop}
         keys[kid] = secrets.token_bytes(KEY_BYTES)
-        _write_private(self.path, Keyring(keys, kid).to_json())
+        now = time.time()
+        dropped = {**ring.dropped, **{k: now for k in drop}}
+        _write_private(self.path, Keyring(keys, kid, dropped).to_json())
         return self.ring(force=True).current
 
 
@@ -348,15 +379,16 @@ class TokenVerifier:
     def _key(self, kid: str, sandbox_id: str) -> bytes | None:
         if self.keyring is None:
             return self.sandbox_keys.get(kid) if sandbox_id == self.sandbox_id else None
-        cached = self._derived.get((kid, sandbox_id))
-        if cached is not None:
-            return cached
-        ring = self.keyring.ring()
-        node_key = ring.keys.get(kid)
+        # The keyring first, the cache after: a key dropped from the keyring must stop
+        # verifying even for a sandbox whose derived key is cached.
+        node_key = self.keyring.ring().keys.get(kid)
         if node_key is None:
             node_key = self.keyring.ring(force=True).keys.get(kid)  # rotated since
             if node_key is None:
                 return None
+        cached = self._derived.get((kid, sandbox_id))
+        if cached is not None:
+            return cached
         if len(self._derived) >= 65_536:
             self._derived.clear()
         derived = self._derived[(kid, sandbox_id)] = derive_sandbox_key(node_key, sandbox_id)
@@ -384,6 +416,40 @@ class TokenVerifier:
         if before > (time.time() if now is None else now) + MAX_NOTICE_SKEW_SECONDS:
             raise TokenError("revocation notice is dated in the future")
         return _unb64(tenant_b64), before
+
+    def knows_key(self, kid: str, sandbox_id: str) -> bool:
+        """Key ``kid`` still verifies ``sandbox_id``'s tokens (not dropped): checked for a
+        token remembered as verified too (``executor/auth.py``)."""
+        return self._key(kid, sandbox_id) is not None
+
+    def verify_key_drop(self, notice: str, sandbox_id: str) -> str:
+        """The key id a key-drop notice for ``sandbox_id`` drops; :class:`TokenError` unless
+        it is signed with this sandbox's key of another key id that is still live here."""
+        parts = notice.split(".")
+        if not notice.isascii() or len(parts) != 5 or parts[0] != KEY_DROP_VERSION:
+            raise TokenError("malformed key-drop notice")
+        _, kid, notice_sandbox, dropped, sig = parts
+        if notice_sandbox != sandbox_id:
+            raise TokenError("key-drop notice is for another sandbox")
+        if not (dropped and len(dropped) <= MAX_KID_CHARS and dropped.isalnum()):
+            raise TokenError("malformed key-drop notice")
+        if kid == dropped:
+            raise TokenError("key-drop notice is signed with the key it drops")
+        key = self._key(kid, sandbox_id)
+        if key is None:
+            raise TokenError("key-drop notice signed with an unknown or dropped key")
+        if not hmac.compare_digest(sig, _mac(key, notice.rsplit(".", 1)[0])):
+            raise TokenError("key-drop notice signature does not match")
+        return dropped
+
+    def drop_key(self, kid: str) -> bool:
+        """Forget this sandbox's key ``kid`` (a verified key-drop notice): its tokens, and
+        notices signed with it, are refused from now on. True if it was held. A verifier
+        over the node's keyring does nothing: the keyring itself is what it believes."""
+        if self.keyring is not None or kid not in self.sandbox_keys:
+            return False
+        self.sandbox_keys = {k: v for k, v in self.sandbox_keys.items() if k != kid}
+        return True
 
     def verify(self, token: str, sandbox_id: str, now: float | None = None) -> TokenClaims:
         """The token's claims; :class:`TokenError` unless it is valid for ``sandbox_id``.
@@ -473,6 +539,18 @@ class TokenSigner(TokenVerifier):
         payload = (
             f"{_REVOCATION_VERSION}.{kid}.{sandbox_id}.{_b64(tenant)}.{max(0, int(before * 1000))}"
         )
+        key = derive_sandbox_key(ring.keys[kid], sandbox_id)
+        return f"{payload}.{_mac(key, payload)}"
+
+    def sign_key_drop(self, sandbox_id: str, dropped: str, *, created: float) -> str:
+        """A notice telling ``sandbox_id``'s own executor to forget key ``dropped``, signed
+        with a live key it holds (:meth:`Keyring.live_kid_held`); :class:`TokenError` if it
+        holds none (every key it got at ``created`` is dropped: it cannot be told)."""
+        ring = self.ring.ring()
+        kid = ring.live_kid_held(created, besides=dropped)
+        if kid is None:
+            raise TokenError(f"sandbox {sandbox_id} holds no live token key to be told with")
+        payload = f"{KEY_DROP_VERSION}.{kid}.{sandbox_id}.{dropped}"
         key = derive_sandbox_key(ring.keys[kid], sandbox_id)
         return f"{payload}.{_mac(key, payload)}"
 

@@ -18,6 +18,10 @@ as ``crash-<sha1>`` in the working directory).
   valid one and random sandbox ids; only UNAUTHENTICATED ``REVOCATION_INVALID``
   (or INVALID_ARGUMENT for a bad id) escapes, and nothing but the valid notice for
   its own sandbox changes what the executor has revoked.
+- ``key-drop``: the same step for key-drop notices (``CallAuthorizer.drop_key``) in an
+  injected executor holding two key ids: random notices, mutations of a valid one
+  and random sandbox ids; only ``REVOCATION_INVALID`` (or a bad id) escapes, and
+  nothing but the valid notice for its own sandbox removes a key.
 - ``rest``: the REST facade's JSON -> proto step for every request type it
   serves; only RestError INVALID_ARGUMENT escapes.
 - ``init``: the Python side of the orchard-init protocol: answer decoders and
@@ -47,7 +51,7 @@ from orchard.gateway import rest
 from orchard._proto.orchard.v1 import executor_pb2, pools_pb2, rewards_pb2, sandbox_pb2
 from orchard.common import tokens
 from orchard.common.errors import ServiceError
-from orchard.common.tokens import TokenError, TokenSigner, TokenVerifier
+from orchard.common.tokens import Keyring, TokenError, TokenSigner, TokenVerifier
 
 # Our modules load through the editable install's package-tree loader, which atheris's
 # import hook does not see (it instrumented nothing of ours): instrument their code directly.
@@ -69,6 +73,8 @@ SIGNER = TokenSigner.from_key(KEY)
 VALID, _ = SIGNER.issue("sb-fuzz", 3600, now=1_000_000.0, tenant="t", max_execs=3)
 NOTICE_NOW = 1_000_000.0
 VALID_NOTICE = SIGNER.sign_revocation("sb-fuzz", "t", NOTICE_NOW - 1)
+TWO_KEYS = TokenSigner(Keyring({"k1": KEY, "k2": b"j" * 32}, "k2"))
+VALID_DROP = TWO_KEYS.sign_key_drop("sb-fuzz", "k2", created=NOTICE_NOW)
 REQUEST_TYPES = [
     message_factory.GetMessageClass(method.input_type)
     for module in (sandbox_pb2, executor_pb2, pools_pb2, rewards_pb2)
@@ -152,13 +158,14 @@ def fuzz_token(data: bytes) -> None:
         raise AssertionError(f"forged token accepted: {token!r} for {sandbox}")
 
 
-def fuzz_revocation(data: bytes) -> None:
+def _notice_and_sandbox(data: bytes, valid: str) -> tuple[str, str]:
+    """Random text, or ``valid`` with bytes flipped, cut or added; and a sandbox id."""
     fdp = atheris.FuzzedDataProvider(data)
     how = fdp.ConsumeIntInRange(0, 2)
     if how == 0:
         notice = fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 1200))
-    else:  # the valid notice with bytes flipped, cut or added
-        raw = bytearray(VALID_NOTICE.encode())
+    else:
+        raw = bytearray(valid.encode())
         for _ in range(fdp.ConsumeIntInRange(1, 4)):
             raw[fdp.ConsumeIntInRange(0, len(raw) - 1)] = fdp.ConsumeIntInRange(32, 126)
         if how == 2:
@@ -167,18 +174,41 @@ def fuzz_revocation(data: bytes) -> None:
     sandbox = ("sb-fuzz", "sb-other", fdp.ConsumeUnicodeNoSurrogates(12))[
         fdp.ConsumeIntInRange(0, 2)
     ]
+    return notice, sandbox
+
+
+def _allowed_refusal(err: ServiceError) -> None:
+    if (err.code.name, err.reason) not in (
+        ("UNAUTHENTICATED", "REVOCATION_INVALID"),
+        ("INVALID_ARGUMENT", "INVALID_FIELD"),
+    ):
+        raise AssertionError(f"unexpected refusal {err.code} {err.reason}: {err.message}") from err
+
+
+def fuzz_key_drop(data: bytes) -> None:
+    notice, sandbox = _notice_and_sandbox(data, VALID_DROP)
+    keys = TWO_KEYS.sandbox_keys_for("sb-fuzz")
+    verifier = TokenVerifier.for_sandbox("sb-fuzz", keys)
+    authorizer = auth.CallAuthorizer(verifier, clock=lambda: NOTICE_NOW)
+    try:
+        authorizer.drop_key(sandbox, notice)
+    except ServiceError as err:
+        _allowed_refusal(err)
+        if dict(verifier.sandbox_keys) != keys:
+            raise AssertionError(f"a refused notice removed a key: {notice!r}") from err
+        return
+    if notice != VALID_DROP or sandbox != "sb-fuzz" or set(verifier.sandbox_keys) != {"k1"}:
+        raise AssertionError(f"forged key-drop notice accepted: {notice!r} for {sandbox!r}")
+
+
+def fuzz_revocation(data: bytes) -> None:
+    notice, sandbox = _notice_and_sandbox(data, VALID_NOTICE)
     verifier = TokenVerifier.for_sandbox("sb-fuzz", SIGNER.sandbox_keys_for("sb-fuzz"))
     authorizer = auth.CallAuthorizer(verifier, clock=lambda: NOTICE_NOW)
     try:
         authorizer.revoke(sandbox, notice)
     except ServiceError as err:
-        if (err.code.name, err.reason) not in (
-            ("UNAUTHENTICATED", "REVOCATION_INVALID"),
-            ("INVALID_ARGUMENT", "INVALID_FIELD"),
-        ):
-            raise AssertionError(
-                f"unexpected refusal {err.code} {err.reason}: {err.message}"
-            ) from err
+        _allowed_refusal(err)
         if verifier.revocations.table():
             raise AssertionError(f"a refused notice changed the revocations: {notice!r}") from err
         return
@@ -274,6 +304,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "paths": fuzz_paths,
     "token": fuzz_token,
     "revocation": fuzz_revocation,
+    "key-drop": fuzz_key_drop,
     "rest": fuzz_rest,
     "init": fuzz_init,
 }

@@ -17,6 +17,15 @@ at the next check; a pod made after the revocation never needs one (its tokens a
 all issued later). The sending itself (signing, bounded concurrency, timeouts,
 what was acknowledged) is the scheduler's shared ``revocation_delivery``, which
 the local backend's sandboxes with their own executor use too.
+
+Dropped token keys reach the pods the same way: the keyring the scheduler signs
+with records each drop (``Keyring.dropped``, written by ``orchard token-key rotate
+--drop``), and every Ready pod made before a drop is sent a key-drop notice
+(``TokenSigner.sign_key_drop``, signed with a live key id the pod holds), after
+which its executor refuses the dropped key's tokens. A pod holding **no** live key
+(every key its Secret got is dropped) cannot be told: it is logged as an error on
+every pass, not deleted here (known gap: delete such pods, ``kubectl delete pod``;
+they can verify no token issued after the drop either).
 """
 
 from __future__ import annotations
@@ -24,12 +33,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import structlog
+
 from orchard.common.tokens import Revocations, TokenSigner
 
 from ...revocation_delivery import NoticeDelivery, NoticeTarget, PassLoop
 from . import manifests as m
 from .pod_cache import PodCache
 from .pod_status import pod_state
+
+log = structlog.get_logger("orchard.scheduler.revocations")
 
 
 class RevocationPusher:
@@ -44,30 +57,40 @@ class RevocationPusher:
         interval_seconds: float,
     ) -> None:
         self._revocations = Revocations(revocations_file)
+        self._signer = signer
         self._cache = cache
         self._port = executor_port
         self._delivery = NoticeDelivery(signer)
+        self._drops = NoticeDelivery(
+            signer,
+            sign=lambda t, _moment: signer.sign_key_drop(t.sandbox_id, t.tenant, created=t.created),
+            what="key drop",
+        )
         self._loop = PassLoop("revocation-push", self.push_once, interval_seconds)
+        self._untellable: set[tuple[str, str]] = set()
+        """(pod's sandbox id, dropped key id) already logged as not tellable."""
 
     @property
     def pushed(self) -> int:
-        """Notices acknowledged (visible to tests and metrics)."""
-        return self._delivery.pushed
+        """Notices acknowledged, revocations and key drops (visible to tests and metrics)."""
+        return self._delivery.pushed + self._drops.pushed
 
     def start(self) -> None:
-        if self._revocations.path is not None:
-            self._loop.start()
+        self._loop.start()  # key drops come from the keyring, which every install has
 
     async def stop(self) -> None:
         await self._loop.stop()
 
     async def push_once(self) -> int:
         """Send every notice not yet acknowledged; returns how many were acknowledged."""
-        table = self._revocations.table()
+        table = self._revocations.table() if self._revocations.path is not None else {}
+        ring = self._signer.ring.ring()
+        dropped = dict(ring.dropped)
         cache = self._cache()
-        if not table or cache is None:
+        if not (table or dropped) or cache is None:
             return 0
         targets: list[NoticeTarget] = []
+        drops: list[NoticeTarget] = []
         alive: set[str] = set()
         for pod in cache.pods():
             state = pod_state(pod)
@@ -75,16 +98,23 @@ class RevocationPusher:
             if not state.tenant or not state.ready or not state.pod_ip or state.deleting:
                 continue
             host = f"[{state.pod_ip}]" if ":" in state.pod_ip else state.pod_ip
-            targets.append(
-                NoticeTarget(
-                    state.sandbox_id,
-                    state.tenant,
-                    f"{host}:{self._port}",
-                    _created_at(state.annotations),
-                )
-            )
-        self._delivery.forget(lambda sandbox_id, _tenant: sandbox_id in alive)
-        return (await self._delivery.deliver(table, targets)).delivered
+            address, created = f"{host}:{self._port}", _created_at(state.annotations)
+            targets.append(NoticeTarget(state.sandbox_id, state.tenant, address, created))
+            for kid, moment in dropped.items():
+                if created >= moment:
+                    continue  # made after the drop: its Secret never held that key
+                if ring.live_kid_held(created, besides=kid) is None:
+                    if (state.sandbox_id, kid) not in self._untellable:
+                        self._untellable.add((state.sandbox_id, kid))
+                        log.error("a sandbox pod holds only dropped token keys and cannot be "
+                                  "told; delete it", sandbox_id=state.sandbox_id, kid=kid)  # fmt: skip
+                    continue
+                drops.append(NoticeTarget(state.sandbox_id, kid, address, created))
+        for delivery in (self._delivery, self._drops):
+            delivery.forget(lambda sandbox_id, _about: sandbox_id in alive)
+        self._untellable = {k for k in self._untellable if k[0] in alive}
+        done = (await self._delivery.deliver(table, targets)).delivered
+        return done + (await self._drops.deliver(dropped, drops)).delivered
 
 
 def _created_at(annotations: dict[str, str]) -> float:

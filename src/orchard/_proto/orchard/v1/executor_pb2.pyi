@@ -766,7 +766,9 @@ class RevokeRequest(_message.Message):
     NOTICE_FIELD_NUMBER: _builtins.int
     sandbox_id: _builtins.str
     notice: _builtins.str
-    """tokens.TokenSigner.sign_revocation: "r1.<kid>.<sandbox>.<tenant>.<before ms>.<sig>"."""
+    """tokens.TokenSigner.sign_revocation: "r1.<kid>.<sandbox>.<tenant>.<before ms>.<sig>";
+    or tokens.TokenSigner.sign_key_drop: "d1.<kid>.<sandbox>.<dropped kid>.<sig>".
+    """
     def __init__(
         self,
         *,

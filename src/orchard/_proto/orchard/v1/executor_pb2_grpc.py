@@ -236,7 +236,11 @@ class ExecutorServiceServicer(object):
         tenant's data-plane tokens issued before a moment are void. No bearer token:
         the notice is signed with the sandbox's own token key, so only the scheduler
         (or the sandbox itself, voiding its own tokens) can make one. Revocations
-        only ever grow. A bad notice is UNAUTHENTICATED / REVOCATION_INVALID.
+        only ever grow. The same call carries key-drop notices ("d1."): a token key
+        id was dropped from the node's keyring, and the executor forgets that key
+        (its tokens are refused from then on); signed with the sandbox's own key of
+        another, live key id. Notices only ever remove keys. A bad notice is
+        UNAUTHENTICATED / REVOCATION_INVALID.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

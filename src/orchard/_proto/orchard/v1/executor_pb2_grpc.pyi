@@ -64,7 +64,11 @@ class ExecutorServiceStub:
     tenant's data-plane tokens issued before a moment are void. No bearer token:
     the notice is signed with the sandbox's own token key, so only the scheduler
     (or the sandbox itself, voiding its own tokens) can make one. Revocations
-    only ever grow. A bad notice is UNAUTHENTICATED / REVOCATION_INVALID.
+    only ever grow. The same call carries key-drop notices ("d1."): a token key
+    id was dropped from the node's keyring, and the executor forgets that key
+    (its tokens are refused from then on); signed with the sandbox's own key of
+    another, live key id. Notices only ever remove keys. A bad notice is
+    UNAUTHENTICATED / REVOCATION_INVALID.
     """
     ConnectPort: _grpc.StreamStreamMultiCallable[_executor_pb2.PortRequest, _executor_pb2.PortEvent]
     """One TCP connection to a port on the sandbox's own loopback, as bytes both
@@ -137,7 +141,11 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     tenant's data-plane tokens issued before a moment are void. No bearer token:
     the notice is signed with the sandbox's own token key, so only the scheduler
     (or the sandbox itself, voiding its own tokens) can make one. Revocations
-    only ever grow. A bad notice is UNAUTHENTICATED / REVOCATION_INVALID.
+    only ever grow. The same call carries key-drop notices ("d1."): a token key
+    id was dropped from the node's keyring, and the executor forgets that key
+    (its tokens are refused from then on); signed with the sandbox's own key of
+    another, live key id. Notices only ever remove keys. A bad notice is
+    UNAUTHENTICATED / REVOCATION_INVALID.
     """
     ConnectPort: _aio.StreamStreamMultiCallable[_executor_pb2.PortRequest, _executor_pb2.PortEvent]  # type: ignore[assignment]
     """One TCP connection to a port on the sandbox's own loopback, as bytes both
@@ -279,7 +287,11 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         tenant's data-plane tokens issued before a moment are void. No bearer token:
         the notice is signed with the sandbox's own token key, so only the scheduler
         (or the sandbox itself, voiding its own tokens) can make one. Revocations
-        only ever grow. A bad notice is UNAUTHENTICATED / REVOCATION_INVALID.
+        only ever grow. The same call carries key-drop notices ("d1."): a token key
+        id was dropped from the node's keyring, and the executor forgets that key
+        (its tokens are refused from then on); signed with the sandbox's own key of
+        another, live key id. Notices only ever remove keys. A bad notice is
+        UNAUTHENTICATED / REVOCATION_INVALID.
         """
 
     @_abc_1.abstractmethod
