@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import io
 import json
+import logging
 import shlex
 import tarfile
 import time
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
     from .client import ClawServices, ServiceOptions
     from .fixtures import Fixtures
 
+
+log = logging.getLogger("orchard.recipes.claw.services")
 
 CLIENT_KEEPALIVE_SECONDS = 5.0
 """How long the driver keeps an idle connection to the services (they close theirs at 15 s)."""
@@ -269,12 +272,25 @@ async def call_tool(services: ClawServices, name: str, arguments: str | Mapping[
     return str(text)
 
 
+RETRIED_ERRORS = (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)
+"""A kept-alive connection found reset or closed: an idempotent request goes once more on a
+new connection (as RFC 9110 9.2.2 allows; aiohttp does not). Seen under load only (3 test
+workers): the services reset a pooled connection between two of the driver's calls, cause
+not found; a tool call is never retried (it may have run)."""
+
+
 async def health(services: ClawServices) -> Health:
-    try:
-        async with services._http.get("/health") as answer:
-            data = await answer.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
-        raise await _lost(services, err) from err
+    for attempt in (1, 2):
+        try:
+            async with services._http.get("/health") as answer:
+                data = await answer.json(content_type=None)
+            break
+        except RETRIED_ERRORS as err:
+            if attempt == 2 or await _process_gone(services._process) is not None:
+                raise await _lost(services, err) from err
+            log.warning("claw services: /health on a reset connection, once more: %s", err)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            raise await _lost(services, err) from err
     return Health(
         ok=bool(data.get("ok")),
         services=list(data.get("services") or []),
@@ -291,21 +307,31 @@ async def reset(services: ClawServices, fixtures: Fixtures) -> None:
 
 
 async def admin(services: ClawServices, op: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """One admin call (audit, state, reset: each idempotent, so retried once on a reset
+    kept-alive connection, with a fresh nonce)."""
     body = json.dumps(payload).encode()
-    nonce = new_nonce()
-    headers = {
-        "Content-Type": "application/json",
-        "X-Claw-Nonce": nonce,
-        "X-Claw-Auth": sign_request(services._secret, op, nonce, body),
-    }
     async with services._lock:
-        try:
-            async with services._http.post(f"/admin/{op}", data=body, headers=headers) as answer:
-                data = await answer.read()
-                signature = answer.headers.get("X-Claw-Signature", "")
-                status = answer.status
-        except (aiohttp.ClientError, TimeoutError) as err:
-            raise await _lost(services, err) from err
+        for attempt in (1, 2):
+            nonce = new_nonce()
+            headers = {
+                "Content-Type": "application/json",
+                "X-Claw-Nonce": nonce,
+                "X-Claw-Auth": sign_request(services._secret, op, nonce, body),
+            }
+            try:
+                async with services._http.post(
+                    f"/admin/{op}", data=body, headers=headers
+                ) as answer:
+                    data = await answer.read()
+                    signature = answer.headers.get("X-Claw-Signature", "")
+                    status = answer.status
+                break
+            except RETRIED_ERRORS as err:
+                if attempt == 2 or await _process_gone(services._process) is not None:
+                    raise await _lost(services, err) from err
+                log.warning("claw services: %s on a reset connection, once more: %s", op, err)
+            except (aiohttp.ClientError, TimeoutError) as err:
+                raise await _lost(services, err) from err
     if signature != sign_response(services._secret, nonce, data):
         gone = await _process_gone(services._process)
         raise ServicesTampered(
