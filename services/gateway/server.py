@@ -42,7 +42,10 @@ CHANNEL_OPTIONS = [
     # A restarted scheduler is reached again within a second (gRPC's default
     # reconnect backoff grows to minutes: clients saw UNAVAILABLE for ~5 s).
     ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.min_reconnect_backoff_ms", 200),
+    # Not grpc.min_reconnect_backoff_ms: gRPC core takes it as the deadline of a
+    # connection attempt, handshake included (grpc/grpc#33423), so at 200 ms a server slow to
+    # send its SETTINGS (a loaded machine, a runsc sandbox's executor) was UNAVAILABLE at the
+    # first call. Left out, an attempt gets gRPC's 20 s (tests/sdk/test_channel_options.py).
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
