@@ -110,6 +110,9 @@ def test_concurrent_exec_quota_is_enforced_by_the_executor(gw: GatewayStack) -> 
         delete_all(gw, key)
 
 
+# Who overtakes whom is timing: a neighbour's load (the parallel phase) made 18 noisy
+# creates finish inside a quiet one's window once in five runs. Alone (tests/phases.py).
+@pytest.mark.serial
 def test_a_noisy_tenant_cannot_starve_a_quiet_one(gw: GatewayStack) -> None:
     """40 creates from one tenant, then 4 from another: the quiet ones are not served last.
 

@@ -163,11 +163,12 @@ def test_the_agent_cannot_reach_the_audit_log_but_through_calls(stack: Stack) ->
             )
             done = await sandbox.exec(["python3", "-c", call], timeout=30)
             assert done.stdout_text.split() == ["audit", "401", "reset", "401", "state", "401"]
+            # the refused calls neither reset the services nor entered the log
+            assert [e.tool for e in await services.audit()] == ["mail_list"]
             # no file holds the log: nothing to edit
             _, out = await _sh(sandbox, "grep -rl --exclude='*.py' --exclude='*.pyc' mail_list "
                                         "/opt /tmp /var/tmp /workspace /root 2>/dev/null || true")  # fmt: skip
             assert out.strip() == "", out
-            assert [e.tool for e in await services.audit()] == ["mail_list"]
 
             # killed: the driver is told the services are lost (the agent's doing)
             await _sh(sandbox, f"kill -9 {pid}")
